@@ -1,0 +1,46 @@
+#!/usr/bin/env python
+"""wordle-rl: teach small language models to play Wordle.
+
+Commands: solve, eval, doctor, gen-sft, sft, rl, report. Each lives in its package's
+`commands.py`; this file only wires them together and turns user mistakes into one
+line on stderr with exit code 2.
+"""
+
+from llm.blas import ensure_fast_blas
+
+ensure_fast_blas()  # before anything imports mlx: may re-exec with a real BLAS preloaded
+
+import sys  # noqa: E402
+
+import click  # noqa: E402
+
+from solver.errors import UserError  # noqa: E402
+
+
+class _Cli(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except UserError as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Teach small language models to play Wordle, with an exact entropy solver as the expert."""
+
+
+def _register() -> None:
+    from eval.commands import eval_command
+    from llm.commands import doctor
+    from solver.commands import solve
+
+    for command in (solve, eval_command, doctor):
+        cli.add_command(command)
+
+
+_register()
+
+if __name__ == "__main__":
+    cli()

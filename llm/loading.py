@@ -1,0 +1,127 @@
+"""One way to turn a `--model` / `--adapter` pair into a ready (model, tokenizer).
+
+`--model` is `default` (the embedded SmolLM2), a local mlx-lm folder, or a Hugging
+Face id. Every way this can fail because of what the user typed or has on disk
+becomes a one-line `UserError`. On a CPU the weights end up in float32: there,
+bf16/fp16 and quantized matmuls run on scalar code, about 50x slower than an fp32
+matmul through a real BLAS.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_map
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+from solver.errors import UserError
+
+# What loading a folder or an adapter raises for broken files (bad JSON, truncated
+# safetensors, unknown model_type, shape mismatches, missing config keys).
+_LOAD_ERRORS = (OSError, ValueError, RuntimeError, KeyError, TypeError, AttributeError)
+
+
+def load_model(
+    spec: str, adapter: str | Path | None = None, dtype: mx.Dtype | None = None
+) -> tuple[nn.Module, TokenizerWrapper]:
+    """Load `spec` (and the LoRA/DoRA/full adapter folder `adapter`, as mlx-lm writes it).
+
+    `dtype=None` means float32 on a CPU device (quantized layers dequantized) and the
+    stored dtype elsewhere.
+    """
+    from mlx_lm.utils import dequantize_model, load
+
+    path = resolve_model(spec)
+    if not (path / "config.json").is_file():
+        raise UserError(f"{path} is not a model folder: it has no config.json")
+    try:
+        model, tokenizer = load(str(path))
+    except _LOAD_ERRORS as err:
+        raise UserError(f"cannot load the model in {path}: {_one_line(err)}") from err
+
+    if dtype is None:
+        dtype = _auto_dtype()
+    if dtype is not None:
+        model = dequantize_model(model)
+    if adapter is not None:
+        apply_adapter(model, Path(adapter))
+    if dtype is not None:
+        cast_floats(model, dtype)
+    return model, tokenizer
+
+
+def resolve_model(spec: str) -> Path:
+    """The local folder for `spec`: the default model, a folder, or a Hugging Face snapshot."""
+    if spec == "default":
+        from llm.default_model import default_model_path
+
+        return default_model_path()
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise UserError(f"--model {spec}: expected a model folder, got a file")
+    return _hub_snapshot(spec)
+
+
+def _hub_snapshot(repo_id: str) -> Path:
+    """Download (or find in the local Hugging Face cache) the files mlx-lm needs."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
+    from mlx_lm.utils import DEFAULT_ALLOW_PATTERNS
+
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=DEFAULT_ALLOW_PATTERNS))
+    except HFValidationError as err:
+        raise UserError(f"model folder not found: {repo_id}") from err
+    except RepositoryNotFoundError as err:
+        raise UserError(
+            f"no model {repo_id!r} on Hugging Face (or it needs a login), and no such local folder"
+        ) from err
+    except (LocalEntryNotFoundError, HfHubHTTPError) as err:
+        raise UserError(
+            f"model {repo_id!r} is not a local folder, not in the Hugging Face cache, and the hub "
+            "can't be reached (offline?); try --model default"
+        ) from err
+
+
+def apply_adapter(model: nn.Module, adapter: Path) -> None:
+    """Attach the adapter folder mlx-lm's trainer writes (adapter_config.json + adapters.safetensors)."""
+    from mlx_lm.tuner.utils import load_adapters
+
+    if not adapter.is_dir():
+        raise UserError(f"adapter folder not found: {adapter}")
+    for name in ("adapter_config.json", "adapters.safetensors"):
+        if not (adapter / name).is_file():
+            raise UserError(f"{adapter} is not an adapter folder: it has no {name}")
+    try:
+        load_adapters(model, str(adapter))
+    except _LOAD_ERRORS as err:
+        raise UserError(f"cannot apply the adapter in {adapter}: {_one_line(err)}") from err
+    model.eval()
+
+
+def cast_floats(model: nn.Module, dtype: mx.Dtype) -> None:
+    """Cast every floating-point parameter to `dtype` (integer/packed ones stay as they are)."""
+    model.update(
+        tree_map(
+            lambda p: p.astype(dtype) if mx.issubdtype(p.dtype, mx.floating) else p,
+            model.parameters(),
+        )
+    )
+    mx.eval(model.parameters())
+
+
+def _auto_dtype() -> mx.Dtype | None:
+    return mx.float32 if mx.default_device() == mx.cpu else None
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
