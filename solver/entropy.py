@@ -42,3 +42,9 @@ def bucket_sizes(row: np.ndarray, columns: np.ndarray) -> np.ndarray:
     for c in range(columns.shape[0]):
         counts[row[columns[c]]] += 1
     return counts
+
+
+def guess_score(matrix: np.ndarray, row: int, candidates: np.ndarray) -> tuple[float, float]:
+    """(entropy bits, expected candidates left) of one guess row over `candidates`."""
+    entropy, expected = score_guesses(matrix, np.array([row], dtype=np.int64), candidates)
+    return float(entropy[0]), float(expected[0])

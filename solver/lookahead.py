@@ -61,10 +61,10 @@ def _second_step(matrix, guess_row, bucket, guesses_left, hard) -> float:
 def _bucket_cost(matrix, bucket, pool, cand_rows, guesses_left, hard) -> float:
     """Best follow-up cost for one bucket with `guesses_left` guesses to go."""
     n = bucket.shape[0]
-    if n == 1:
-        return 1.0
     if guesses_left <= 0:
         return FAIL_PENALTY
+    if n == 1:
+        return 1.0
     best = 1e18
     for i in range(pool.shape[0]):
         cost = _second_step(matrix, pool[i], bucket, guesses_left, hard)

@@ -102,7 +102,7 @@ class EntropySolver:
         candidates = state.candidates
         if len(candidates) <= 2:
             return int(self._candidate_rows[candidates[0]])
-        key = candidates.tobytes() + bytes([min(state.guesses_left, ENDGAME_TURNS + 1)])
+        key = candidates.tobytes() + bytes([state.guesses_left])
         if self.settings.hard:
             key += _hard_key(state)
         row = self._memo.get(key)

@@ -193,7 +193,11 @@ def state_from_history(lists: WordLists, matrix: np.ndarray, history: list[tuple
                        secret_kind: str = "answers") -> GameState:
     """Replay user-typed (guess, pattern) pairs; errors for unknown words or no candidates left."""
     state = GameState(lists, matrix, secret_kind)
+    if len(history) > MAX_GUESSES:
+        raise UserError(f"a game has at most {MAX_GUESSES} guesses; the history has {len(history)}")
     for guess, pattern in history:
+        if state.won:
+            raise UserError(f"the game was already won by {state.turns[-1].guess!r}; nothing may follow it")
         check_word_shape(guess)
         lists.index(guess)
         state = state.play(guess, pattern)

@@ -1,0 +1,39 @@
+"""`eval`: how well the solver (or a model) plays, in one command."""
+
+from __future__ import annotations
+
+import click
+
+from solver.options import json_option, solver_options, word_list_options
+
+
+@click.command("eval")
+@click.option("--policy", type=click.Choice(["solver", "model"]), default=None,
+              help="Who plays (default: model if --model is given, else solver).")
+@word_list_options()
+@click.option("--split", type=click.Choice(["heldout", "all"]), default=None,
+              help="Secrets from the held-out split or the whole list "
+                   "(default: all for the solver, heldout for a model).")
+@click.option("--games", type=click.IntRange(1), default=None, help="Play N secrets sampled with --seed.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@solver_options
+@json_option
+@click.option("--compare", nargs=2, type=click.Path(dir_okay=False), default=None,
+              help="Show two eval JSON files side by side instead of playing.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lookahead, top_k,
+                 json_path, compare, quiet) -> None:
+    """Play every secret (or --games N of them) and report win rate, guesses and move quality."""
+    from rich.console import Console
+
+    from eval.report import compare_table, load_result, show_result
+    from eval.run import run_eval
+    from solver.policy import SolverSettings
+
+    if compare:
+        a, b = (load_result(p) for p in compare)
+        Console().print(compare_table(a, b, compare[0], compare[1]))
+        return
+    result = run_eval(policy or "solver", secrets, answers, allowed, split, games, seed,
+                      SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k), json_path, not quiet)
+    show_result(result)

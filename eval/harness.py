@@ -1,0 +1,158 @@
+"""The one place that plays games for scoring.
+
+Games run in lock step: every round each unfinished game asks the player for one
+move, so a language model can answer all of them in one batched generation. An
+answer that does not parse, is not an accepted word, or repeats a guess is counted
+and not played; three such answers in a row lose the game.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from eval.moves import FORMAT_FAILURES, INVALID_WORD, REPEAT, Move, Player
+from solver.entropy import guess_score, score_guesses
+from solver.feedback import pattern_to_string
+from solver.progress import progress_bar
+from solver.setup import Setup
+from solver.state import GameState
+
+MAX_INVALID_IN_A_ROW = 3
+
+
+@dataclass
+class MoveRecord:
+    guess: str | None
+    failure: str | None
+    text: str | None = None
+    consistent: bool | None = None
+    regret_bits: float | None = None
+    regret_expected: float | None = None
+
+
+@dataclass
+class GameRecord:
+    secret: str
+    state: GameState
+    moves: list[MoveRecord] = field(default_factory=list)
+    invalid_streak: int = 0
+
+    @property
+    def over(self) -> bool:
+        return self.state.over or self.invalid_streak >= MAX_INVALID_IN_A_ROW
+
+    def to_json(self) -> dict:
+        return {
+            "secret": self.secret,
+            "won": self.state.won,
+            "guesses": len(self.state.turns) if self.state.won else None,
+            "turns": [{"guess": t.guess, "pattern": pattern_to_string(t.pattern)} for t in self.state.turns],
+            "invalid_answers": sum(m.failure is not None for m in self.moves),
+            "lost_to_invalid": self.invalid_streak >= MAX_INVALID_IN_A_ROW,
+            "moves": [m.__dict__ for m in self.moves],
+        }
+
+
+class RegretMeter:
+    """How much worse a guess is than the best one at the same position.
+
+    Memoised by candidate set: every game shares the opening position.
+    """
+
+    def __init__(self, setup: Setup) -> None:
+        self.setup = setup
+        self._best: dict[bytes, tuple[float, float]] = {}
+        self._rows = np.arange(len(setup.lists.allowed), dtype=np.int64)
+
+    def regret(self, state: GameState, guess: str) -> tuple[float, float]:
+        key = state.candidates.tobytes()
+        if key not in self._best:
+            entropy, expected = score_guesses(self.setup.matrix, self._rows, state.candidates)
+            self._best[key] = (float(entropy.max()), float(expected.min()))
+        best_bits, best_expected = self._best[key]
+        bits, expected = guess_score(self.setup.matrix, self.setup.lists.index(guess), state.candidates)
+        return max(0.0, best_bits - bits), max(0.0, expected - best_expected)
+
+
+def play_games(player: Player, setup: Setup, secrets: list[str], measure_moves: bool = True,
+               show_progress: bool = True) -> list[GameRecord]:
+    """Play one game per secret; returns the records in the order of `secrets`."""
+    columns = setup.lists.secrets(setup.secret_kind)
+    index = {w: i for i, w in enumerate(columns)}
+    games = [GameRecord(secret, setup.start) for secret in secrets]
+    meter = RegretMeter(setup) if measure_moves else None
+    progress = progress_bar("games", disable=not show_progress)
+    with progress:
+        task = progress.add_task(f"{player.name}", total=len(games))
+        active = list(games)
+        while active:
+            moves = player.moves([g.state for g in active])
+            for game, move in zip(active, moves):
+                _apply(game, move, setup, index[game.secret], meter)
+            finished = [g for g in active if g.over]
+            active = [g for g in active if not g.over]
+            progress.advance(task, len(finished))
+    return games
+
+
+def _apply(game: GameRecord, move: Move, setup: Setup, column: int, meter: RegretMeter | None) -> None:
+    state = game.state
+    failure = move.failure
+    if failure is None and (move.guess is None or not setup.lists.is_allowed(move.guess)):
+        failure = INVALID_WORD
+    if failure is None and move.guess in state.guesses:
+        failure = REPEAT
+    record = MoveRecord(move.guess, failure, move.text)
+    game.moves.append(record)
+    if failure is not None:
+        game.invalid_streak += 1
+        return
+    game.invalid_streak = 0
+    if meter is not None:
+        record.consistent = state.constraints.allows(move.guess)
+        record.regret_bits, record.regret_expected = meter.regret(state, move.guess)
+    row = setup.lists.index(move.guess)
+    game.state = state.play(move.guess, int(setup.matrix[row, column]))
+
+
+def summarise(games: list[GameRecord], seconds: float) -> dict:
+    """Win rate, guess histogram and per-move quality figures, as plain JSON data."""
+    wins = [len(g.state.turns) for g in games if g.state.won]
+    histogram = {str(n): wins.count(n) for n in range(1, 7)}
+    histogram["X"] = len(games) - len(wins)
+    moves = [m for g in games for m in g.moves]
+    played = [m for m in moves if m.failure is None]
+    measured = [m for m in played if m.consistent is not None]
+
+    def rate(count: int, total: int) -> float | None:
+        return round(count / total, 4) if total else None
+
+    return {
+        "games": len(games),
+        "wins": len(wins),
+        "win_rate": rate(len(wins), len(games)),
+        "mean_guesses": round(float(np.mean(wins)), 4) if wins else None,
+        "max_guesses": max(wins) if wins else None,
+        "failures": len(games) - len(wins),
+        "histogram": histogram,
+        "seconds": round(seconds, 3),
+        "games_per_second": round(len(games) / seconds, 2) if seconds > 0 else None,
+        "answers": len(moves),
+        "format_valid_rate": rate(sum(m.failure not in FORMAT_FAILURES for m in moves), len(moves)),
+        "invalid_word_rate": rate(sum(m.failure == INVALID_WORD for m in moves), len(moves)),
+        "repeat_rate": rate(sum(m.failure == REPEAT for m in moves), len(moves)),
+        "consistency_rate": rate(sum(bool(m.consistent) for m in measured), len(measured)),
+        "mean_regret_bits": round(float(np.mean([m.regret_bits for m in measured])), 4) if measured else None,
+        "mean_regret_expected_left": round(float(np.mean([m.regret_expected for m in measured])), 3) if measured else None,
+        "lost_to_invalid": sum(g.invalid_streak >= MAX_INVALID_IN_A_ROW for g in games),
+    }
+
+
+def evaluate(player: Player, setup: Setup, secrets: list[str], measure_moves: bool = True,
+             show_progress: bool = True) -> tuple[dict, list[GameRecord]]:
+    start = time.perf_counter()
+    games = play_games(player, setup, secrets, measure_moves, show_progress)
+    return summarise(games, time.perf_counter() - start), games

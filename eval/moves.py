@@ -1,0 +1,43 @@
+"""What a player answers at a position, and the interface every player implements.
+
+The solver always answers with a word. A language model answers with text that may
+not parse; `Move.failure` names why (the kinds come from the format parser), and the
+harness counts those answers as invalid instead of playing them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from solver.policy import Policy
+from solver.state import GameState
+
+FORMAT_FAILURES = ("no_tags", "several_guesses", "not_five_letters")
+INVALID_WORD = "not_allowed"
+REPEAT = "already_guessed"
+
+
+@dataclass(frozen=True)
+class Move:
+    guess: str | None
+    text: str | None = None
+    failure: str | None = None
+
+
+class Player(Protocol):
+    name: str
+
+    def moves(self, states: list[GameState]) -> list[Move]:
+        """One move for each (unfinished) game, in the same order."""
+
+
+class SolverPlayer:
+    """Adapts a state -> guess policy to the batched `Player` interface."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.name = policy.name
+
+    def moves(self, states: list[GameState]) -> list[Move]:
+        return [Move(self.policy.choose(state)) for state in states]

@@ -1,0 +1,98 @@
+"""Rich tables for eval results, and the side-by-side comparison of two runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from solver.errors import UserError
+
+BAR_WIDTH = 30
+HISTOGRAM_KEYS = ("1", "2", "3", "4", "5", "6", "X")
+# (label, key, format) of the figures shown for a run; None values show as "-".
+FIGURES = (
+    ("games", "games", "{:d}"),
+    ("wins", "wins", "{:d}"),
+    ("win rate", "win_rate", "{:.1%}"),
+    ("mean guesses (wins)", "mean_guesses", "{:.4f}"),
+    ("max guesses", "max_guesses", "{:d}"),
+    ("failures", "failures", "{:d}"),
+    ("format-valid rate", "format_valid_rate", "{:.1%}"),
+    ("invalid-word rate", "invalid_word_rate", "{:.1%}"),
+    ("repeat rate", "repeat_rate", "{:.1%}"),
+    ("consistency rate", "consistency_rate", "{:.1%}"),
+    ("mean regret (bits)", "mean_regret_bits", "{:.3f}"),
+    ("mean regret (expected left)", "mean_regret_expected_left", "{:.2f}"),
+    ("seconds", "seconds", "{:.2f}"),
+    ("games/s", "games_per_second", "{:.2f}"),
+)
+
+
+def _fmt(value, pattern: str) -> str:
+    if value is None:
+        return "-"
+    return pattern.format(value)
+
+
+def histogram(result: dict) -> Table:
+    counts = result["histogram"]
+    peak = max(counts.values()) or 1
+    table = Table(title="guesses needed", show_header=False, box=None)
+    for key in HISTOGRAM_KEYS:
+        n = counts.get(key, 0)
+        bar = Text("█" * round(BAR_WIDTH * n / peak), style="red" if key == "X" else "green")
+        table.add_row(key, bar, str(n))
+    return table
+
+
+def result_table(result: dict) -> Table:
+    table = Table(title=f"{result.get('policy', 'eval')} on {result.get('secrets', '?')} "
+                        f"({result.get('split', 'all')})")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for label, key, pattern in FIGURES:
+        table.add_row(label, _fmt(result.get(key), pattern))
+    return table
+
+
+def show_result(result: dict, console: Console | None = None) -> None:
+    (console or Console()).print(Group(result_table(result), histogram(result)))
+
+
+def load_result(path: str) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise UserError(f"cannot read eval result {path}: {err}")
+    if not isinstance(data, dict) or "histogram" not in data or "games" not in data:
+        raise UserError(f"{path} is not an eval result (no games/histogram)")
+    return data
+
+
+def compare_table(a: dict, b: dict, name_a: str, name_b: str) -> Table:
+    table = Table(title=f"{name_a} vs {name_b}")
+    table.add_column("figure")
+    table.add_column(name_a, justify="right")
+    table.add_column(name_b, justify="right")
+    for label, key, pattern in FIGURES:
+        table.add_row(label, _fmt(a.get(key), pattern), _fmt(b.get(key), pattern))
+    for key in HISTOGRAM_KEYS:
+        table.add_row(f"solved in {key}" if key != "X" else "not solved",
+                      str(a["histogram"].get(key, 0)), str(b["histogram"].get(key, 0)))
+    shared = _shared_secrets(a, b)
+    if shared:
+        wins_a = sum(a_won for a_won, _ in shared.values())
+        wins_b = sum(b_won for _, b_won in shared.values())
+        table.add_row("same secrets: games", str(len(shared)), str(len(shared)))
+        table.add_row("same secrets: wins", str(wins_a), str(wins_b))
+    return table
+
+
+def _shared_secrets(a: dict, b: dict) -> dict[str, tuple[bool, bool]]:
+    won_a = {g["secret"]: g["won"] for g in a.get("per_game", [])}
+    won_b = {g["secret"]: g["won"] for g in b.get("per_game", [])}
+    return {s: (won_a[s], won_b[s]) for s in won_a.keys() & won_b.keys()}

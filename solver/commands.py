@@ -1,0 +1,33 @@
+"""`solve`: the solver plays a secret, or advises a person playing a real game."""
+
+from __future__ import annotations
+
+import click
+
+from solver.errors import UserError
+from solver.options import json_option, solver_options, word_list_options
+
+
+@click.command()
+@click.option("--word", default=None, help="Secret for the solver to play against.")
+@click.option("--history", default=None,
+              help='Feedback so far, e.g. "salet:20100,crony:00120" (or gybbb letters): prints the next guess.')
+@word_list_options()
+@solver_options
+@json_option
+def solve(word, history, secrets, answers, allowed, hard, lookahead, top_k, json_path) -> None:
+    """Play against --word, answer for --history, or assist an interactive game."""
+    from solver.policy import SolverSettings
+    from solver.setup import load_setup
+    from solver.solve_views import advise, assist_interactively, play_secret
+
+    if word and history:
+        raise UserError("use either --word (the solver plays) or --history (advice), not both")
+    setup = load_setup(secrets, answers, allowed)
+    settings = SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k)
+    if word:
+        play_secret(setup, settings, word.strip().lower(), json_path)
+    elif history is not None:
+        advise(setup, settings, history, json_path)
+    else:
+        assist_interactively(setup, settings)

@@ -1,0 +1,131 @@
+"""What `solve` shows: a played game, advice for a position, an interactive helper."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from solver.display import tiles
+from solver.entropy import guess_score
+from solver.errors import UserError
+from solver.feedback import parse_pattern, pattern_to_string
+from solver.fileio import atomic_write_json
+from solver.policy import EntropySolver, SolverSettings
+from solver.setup import Setup
+from solver.state import GameState, state_from_history
+from solver.words import check_word_shape
+
+SHOW_CANDIDATES = 12
+
+
+def play_secret(setup: Setup, settings: SolverSettings, word: str, json_path: str | None) -> None:
+    check_word_shape(word)
+    setup.lists.index(word)
+    secret_words = setup.lists.secrets(setup.secret_kind)
+    if word not in secret_words:
+        raise UserError(f"{word!r} is not in the {setup.secret_kind} list; try --secrets allowed")
+    column = secret_words.index(word)
+    solver = setup.solver(settings)
+    state = setup.start
+    table = Table(title=f"{solver.name} plays {word.upper()}")
+    for name, justify in (("#", "right"), ("guess", "left"), ("before", "right"), ("bits", "right"),
+                          ("expected left", "right"), ("left", "right")):
+        table.add_column(name, justify=justify)
+    turns = []
+    while not state.over:
+        guess = solver.choose(state)
+        row = setup.lists.index(guess)
+        entropy, expected = guess_score(setup.matrix, row, state.candidates)
+        before = len(state.candidates)
+        state = state.play(guess, int(setup.matrix[row, column]))
+        turns.append({"guess": guess, "pattern": pattern_to_string(state.turns[-1].pattern),
+                      "candidates_before": before, "candidates_after": len(state.candidates),
+                      "entropy_bits": round(entropy, 4), "expected_left": round(expected, 3)})
+        table.add_row(str(len(turns)), tiles(guess, state.turns[-1].pattern), str(before),
+                      f"{entropy:.2f}", f"{expected:.1f}", str(len(state.candidates)))
+    console = Console()
+    console.print(table)
+    outcome = f"solved in {len(turns)} guesses" if state.won else "not solved in 6 guesses"
+    console.print(f"[bold]{word.upper()}[/]: {outcome}")
+    if json_path:
+        atomic_write_json(json_path, {"secret": word, "won": state.won, "guesses": len(turns),
+                                      "policy": solver.name, "turns": turns})
+
+
+def parse_history(text: str) -> list[tuple[str, int]]:
+    """'salet:20100,crony:00120' -> [('salet', code), ('crony', code)]."""
+    history = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        guess, sep, feedback = item.partition(":")
+        if not sep:
+            raise UserError(f"history item {item!r} must look like word:20100")
+        guess = guess.strip().lower()
+        check_word_shape(guess)
+        history.append((guess, parse_pattern(feedback)))
+    return history
+
+
+def advise(setup: Setup, settings: SolverSettings, history_text: str, json_path: str | None) -> None:
+    state = state_from_history(setup.lists, setup.matrix, parse_history(history_text), setup.secret_kind)
+    advice = _advice(setup.solver(settings), state)
+    _show_advice(Console(), state, advice)
+    if json_path:
+        atomic_write_json(json_path, advice)
+
+
+def assist_interactively(setup: Setup, settings: SolverSettings) -> None:
+    console = Console()
+    solver = setup.solver(settings)
+    state = setup.start
+    console.print("Type the feedback you got, e.g. [bold]salet 20100[/] or [bold]salet gybbb[/] "
+                  "(just [bold]20100[/] if you played the suggestion); [bold]q[/] quits.")
+    while True:
+        advice = _advice(solver, state)
+        _show_advice(console, state, advice)
+        if state.over:
+            return
+        try:
+            line = console.input("[bold]feedback> [/]").strip()
+        except EOFError:
+            return
+        if line.lower() in ("q", "quit", "exit"):
+            return
+        parts = line.split()
+        guess, feedback = (advice["next_guess"], parts[0]) if len(parts) == 1 else (parts[0].lower(), parts[-1])
+        try:
+            if len(parts) not in (1, 2):
+                raise UserError("type a guess and its feedback, like: salet 20100")
+            state = state_from_history(setup.lists, setup.matrix,
+                                       [(t.guess, t.pattern) for t in state.turns] + [(guess, parse_pattern(feedback))],
+                                       setup.secret_kind)
+        except UserError as err:
+            console.print(f"[red]error:[/] {err}")
+
+
+def _advice(solver: EntropySolver, state: GameState) -> dict:
+    advice: dict = {"history": [{"guess": t.guess, "pattern": pattern_to_string(t.pattern)} for t in state.turns],
+                    "remaining": int(len(state.candidates)),
+                    "candidates": state.candidate_words(SHOW_CANDIDATES), "won": state.won}
+    if state.won or state.guesses_left <= 0:
+        advice["next_guess"] = None
+        return advice
+    guess = solver.choose(state)
+    entropy, expected = guess_score(state.matrix, state.lists.index(guess), state.candidates)
+    advice.update(next_guess=guess, entropy_bits=round(entropy, 4), expected_left=round(expected, 3),
+                  is_candidate=guess in state.candidate_words())
+    return advice
+
+
+def _show_advice(console: Console, state: GameState, advice: dict) -> None:
+    for turn in state.turns:
+        console.print(tiles(turn.guess, turn.pattern))
+    if advice["won"]:
+        console.print(f"Solved in {len(state.turns)} guesses.")
+        return
+    if advice["next_guess"] is None:
+        console.print(f"No guesses left; {advice['remaining']} word(s) were still possible.")
+        return
+    words = ", ".join(advice["candidates"]) + (" ..." if advice["remaining"] > SHOW_CANDIDATES else "")
+    console.print(f"{advice['remaining']} word(s) remain: {words}")
+    console.print(f"Next guess: [bold]{advice['next_guess'].upper()}[/]  "
+                  f"({advice['entropy_bits']:.2f} bits, {advice['expected_left']:.1f} expected left)")
