@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from llm.options import model_options
+from solver.errors import UserError
 from solver.options import json_option, solver_options, word_list_options
 
 
@@ -21,19 +23,26 @@ from solver.options import json_option, solver_options, word_list_options
 @click.option("--compare", nargs=2, type=click.Path(dir_okay=False), default=None,
               help="Show two eval JSON files side by side instead of playing.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@model_options
 def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lookahead, top_k,
-                 json_path, compare, quiet) -> None:
+                 json_path, compare, quiet, model, adapter, temperature, top_p, max_tokens, batch_size) -> None:
     """Play every secret (or --games N of them) and report win rate, guesses and move quality."""
     from rich.console import Console
 
     from eval.report import compare_table, load_result, show_result
-    from eval.run import run_eval
+    from eval.run import ModelSpec, run_eval
     from solver.policy import SolverSettings
 
     if compare:
         a, b = (load_result(p) for p in compare)
         Console().print(compare_table(a, b, compare[0], compare[1]))
         return
-    result = run_eval(policy or "solver", secrets, answers, allowed, split, games, seed,
-                      SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k), json_path, not quiet)
+    from llm.generation import SamplingSettings
+
+    policy = policy or ("model" if model else "solver")
+    if policy == "model" and not model:
+        raise UserError("--policy model needs --model PATH|default")
+    spec = ModelSpec(model, adapter, SamplingSettings(temperature, top_p, max_tokens), batch_size) if model else None
+    result = run_eval(policy, secrets, answers, allowed, split, games, seed,
+                      SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k), json_path, not quiet, spec)
     show_result(result)

@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from eval.moves import FORMAT_FAILURES, INVALID_WORD, REPEAT, Move, Player
+from eval.moves import Move, Player
+from llm.format import ALREADY_GUESSED as REPEAT
+from llm.format import FORMAT_FAILURES
+from llm.format import NOT_ALLOWED as INVALID_WORD
 from solver.entropy import guess_score, score_guesses
 from solver.feedback import pattern_to_string
 from solver.progress import progress_bar
@@ -140,6 +143,7 @@ def summarise(games: list[GameRecord], seconds: float) -> dict:
         "histogram": histogram,
         "seconds": round(seconds, 3),
         "games_per_second": round(len(games) / seconds, 2) if seconds > 0 else None,
+        "games_per_minute": round(60 * len(games) / seconds, 1) if seconds > 0 else None,
         "answers": len(moves),
         "format_valid_rate": rate(sum(m.failure not in FORMAT_FAILURES for m in moves), len(moves)),
         "invalid_word_rate": rate(sum(m.failure == INVALID_WORD for m in moves), len(moves)),

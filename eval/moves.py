@@ -1,7 +1,7 @@
 """What a player answers at a position, and the interface every player implements.
 
 The solver always answers with a word. A language model answers with text that may
-not parse; `Move.failure` names why (the kinds come from the format parser), and the
+not parse; `Move.failure` names why (the kinds are those of `llm.format`), and the
 harness counts those answers as invalid instead of playing them.
 """
 
@@ -12,10 +12,6 @@ from typing import Protocol
 
 from solver.policy import Policy
 from solver.state import GameState
-
-FORMAT_FAILURES = ("no_tags", "several_guesses", "not_five_letters")
-INVALID_WORD = "not_allowed"
-REPEAT = "already_guessed"
 
 
 @dataclass(frozen=True)

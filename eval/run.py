@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from eval.harness import evaluate
-from eval.moves import SolverPlayer
+from eval.moves import Player, SolverPlayer
 from eval.splits import held_out, sample_secrets
 from solver.errors import UserError
 from solver.fileio import atomic_write_json
 from solver.policy import SolverSettings
-from solver.setup import load_setup
+from solver.setup import Setup, load_setup
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model plays and how it samples."""
+
+    model: str
+    adapter: str | None
+    sampling: "SamplingSettings"
+    batch_size: int = 32
+
+    @property
+    def name(self) -> str:
+        return self.model + (f"+{self.adapter}" if self.adapter else "")
+
+    def player(self, seed: int) -> Player:
+        from llm.loading import load_model
+        from llm.player import ModelPlayer
+
+        model, tokenizer = load_model(self.model, self.adapter)
+        return ModelPlayer(model, tokenizer, self.name, self.sampling, seed, self.batch_size)
 
 
 def choose_secrets(words: tuple[str, ...], split: str, games: int | None, seed: int) -> list[str]:
@@ -20,17 +43,28 @@ def choose_secrets(words: tuple[str, ...], split: str, games: int | None, seed: 
 
 def run_eval(policy: str, secret_kind: str, answers: str | None, allowed: str | None, split: str | None,
              games: int | None, seed: int, settings: SolverSettings, json_path: str | None,
-             show_progress: bool = True) -> dict:
+             show_progress: bool = True, model: ModelSpec | None = None) -> dict:
     setup = load_setup(secret_kind, answers, allowed)
-    if policy != "solver":
-        raise UserError("model evaluation needs --model")
-    split = split or "all"
-    player = SolverPlayer(setup.solver(settings))
-    player.policy.opener()  # computed (or read from cache) before the clock starts
+    if policy == "solver":
+        split = split or "all"
+        solver_player = SolverPlayer(setup.solver(settings))
+        solver_player.policy.opener()  # computed (or read from cache) before the clock starts
+        player: Player = solver_player
+    else:
+        split = split or "heldout"
+        player = model.player(seed)
     secrets = choose_secrets(setup.lists.secrets(secret_kind), split, games, seed)
-    result, records = evaluate(player, setup, secrets, measure_moves=False, show_progress=show_progress)
+    result = play_and_summarise(player, setup, secrets, measure_moves=policy != "solver",
+                                show_progress=show_progress)
     result = {"policy": player.name, "secrets": secret_kind, "split": split, "seed": seed,
-              "hard": settings.hard, **result, "per_game": [r.to_json() for r in records]}
+              "hard": settings.hard, **result}
     if json_path:
         atomic_write_json(json_path, result)
     return result
+
+
+def play_and_summarise(player: Player, setup: Setup, secrets: list[str], measure_moves: bool = True,
+                       show_progress: bool = True) -> dict:
+    """Summary figures plus every game, as written to eval JSON (SFT and RL reuse this)."""
+    summary, records = evaluate(player, setup, secrets, measure_moves, show_progress)
+    return {**summary, "per_game": [r.to_json() for r in records]}

@@ -1,0 +1,109 @@
+"""The one prompt and answer format: what the model sees and how its answer is read.
+
+Eval, SFT data and RL rollouts all build prompts and parse answers here, so a model
+is trained on exactly what it is tested on. The game state is rendered in plain
+English (seed 001 found plain English beat symbols); the answer must be
+`<think>...</think><guess>word</guess>` and nothing else.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from solver.feedback import pattern_to_digits
+from solver.state import GameState
+from solver.words import WordLists
+
+SYSTEM_PROMPT = (
+    "You are playing Wordle. Find the secret 5-letter English word in at most 6 guesses. "
+    "After each guess every letter gets feedback: green means the letter is in the word at that "
+    "position, yellow means it is in the word at another position, grey means it is not in the word "
+    "(or not as many times as guessed). Every guess must be a real 5-letter word. "
+    "Reply with a short reasoning inside <think></think>, then your guess inside <guess></guess>, "
+    "for example: <think>reasoning</think><guess>crane</guess>"
+)
+
+TILE_WORDS = ("grey", "yellow", "green")
+
+# Typed parse failures. The first four are format failures; the last two are well-formed
+# answers that cannot be played.
+NO_TAGS = "no_tags"
+MALFORMED = "malformed"
+SEVERAL_GUESSES = "several_guesses"
+NOT_FIVE_LETTERS = "not_five_letters"
+NOT_ALLOWED = "not_allowed"
+ALREADY_GUESSED = "already_guessed"
+FORMAT_FAILURES = (NO_TAGS, MALFORMED, SEVERAL_GUESSES, NOT_FIVE_LETTERS)
+
+_GUESS_TAG = re.compile(r"<guess>(.*?)</guess>", re.DOTALL)
+_STRICT = re.compile(r"\s*<think>(?:(?!<think>|</think>|<guess>|</guess>).)*</think>\s*<guess>([^<]*)</guess>\s*",
+                     re.DOTALL)
+
+
+def render_turn(number: int, guess: str, pattern: int) -> str:
+    tiles = ", ".join(f"{letter.upper()} {TILE_WORDS[t]}" for letter, t in zip(guess, pattern_to_digits(pattern)))
+    return f"Guess {number}: {guess.upper()} -> {tiles}"
+
+
+def render_state(state: GameState) -> str:
+    """The user message for a position: past guesses, what is known, guesses left."""
+    if not state.turns:
+        return f"This is the first guess. You have {state.guesses_left} guesses left. What is your guess?"
+    lines = [render_turn(i, t.guess, t.pattern) for i, t in enumerate(state.turns, start=1)]
+    lines.append("What you know:")
+    lines.extend(f"- {fact}" for fact in state.constraints.describe())
+    left = state.guesses_left
+    lines.append(f"You have {left} guess{'es' if left != 1 else ''} left. What is your next guess?")
+    return "\n".join(lines)
+
+
+def messages(state: GameState) -> list[dict[str, str]]:
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": render_state(state)}]
+
+
+def prompt_tokens(tokenizer, state: GameState) -> list[int]:
+    """Chat-templated prompt ids, ready for generation."""
+    return list(tokenizer.apply_chat_template(messages(state), add_generation_prompt=True, tokenize=True))
+
+
+def format_answer(thought: str, guess: str) -> str:
+    return f"<think>{thought}</think><guess>{guess}</guess>"
+
+
+@dataclass(frozen=True)
+class Parsed:
+    guess: str | None
+    failure: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+    @property
+    def format_ok(self) -> bool:
+        return self.failure not in FORMAT_FAILURES
+
+
+def parse_answer(text: str, lists: WordLists | None = None, previous: list[str] | tuple[str, ...] = ()) -> Parsed:
+    """Read one answer strictly: exactly `<think>...</think><guess>word</guess>`.
+
+    With `lists`, the word must be accepted; with `previous`, it must be new. The
+    guess is returned lowercased even when the answer fails, so callers can log it.
+    """
+    tags = _GUESS_TAG.findall(text)
+    if not tags:
+        return Parsed(None, NO_TAGS)
+    if len(tags) > 1:
+        return Parsed(None, SEVERAL_GUESSES)
+    match = _STRICT.fullmatch(text)
+    if match is None:
+        return Parsed(tags[0].strip().lower() or None, MALFORMED)
+    word = match.group(1).strip().lower()
+    if len(word) != 5 or not (word.isascii() and word.isalpha()):
+        return Parsed(word or None, NOT_FIVE_LETTERS)
+    if lists is not None and not lists.is_allowed(word):
+        return Parsed(word, NOT_ALLOWED)
+    if word in previous:
+        return Parsed(word, ALREADY_GUESSED)
+    return Parsed(word)

@@ -1,0 +1,93 @@
+"""Batched sampling with mlx-lm's BatchGenerator, stopping at `</guess>`.
+
+Eval asks for one answer per game; RL asks for a group of answers per position.
+For a group, the prompt is prefilled once and its KV cache shared by every member,
+so prefill work does not grow with the group size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+from mlx_lm.generate import BatchGenerator, StopSequences
+from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.sample_utils import make_sampler
+
+STOP_TEXT = "</guess>"
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    temperature: float = 0.7
+    top_p: float = 1.0
+    max_tokens: int = 160
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    tokens: tuple[int, ...]
+    finish_reason: str  # "stop" (eos or </guess>) or "length"
+
+
+def stop_sequences(tokenizer) -> StopSequences:
+    """End of sequence, or the closing guess tag however the tokenizer splits it in context."""
+    sequences = [[t] for t in tokenizer.eos_token_ids]
+    for text in (STOP_TEXT, " " + STOP_TEXT, "a" + STOP_TEXT):
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        if text[0] == "a":
+            ids = ids[len(tokenizer.encode("a", add_special_tokens=False)):]
+        if ids and ids not in sequences:
+            sequences.append(ids)
+    return StopSequences(sequences)
+
+
+def _prefill(model, prompt: list[int]) -> list:
+    """KV cache of all but the last prompt token (the generator feeds that one)."""
+    cache = make_prompt_cache(model)
+    if len(prompt) > 1:
+        model(mx.array(prompt[:-1])[None], cache=cache)
+        mx.eval([c.state for c in cache])
+    return cache
+
+
+def sample(model, tokenizer, prompts: list[list[int]], group_size: int = 1,
+           settings: SamplingSettings = SamplingSettings(), batch_size: int = 32) -> list[list[Completion]]:
+    """`group_size` completions for each prompt, in prompt order.
+
+    Seed with `mx.random.seed` beforehand for reproducible samples.
+    """
+    sampler = make_sampler(temp=settings.temperature, top_p=settings.top_p)
+    stops = stop_sequences(tokenizer)
+    generator = BatchGenerator(model, stop_tokens=None, sampler=sampler,
+                               completion_batch_size=batch_size, prefill_batch_size=min(8, batch_size))
+    flat_prompts: list[list[int]] = []
+    caches: list | None = [] if group_size > 1 else None
+    for prompt in prompts:
+        if group_size > 1:
+            shared = _prefill(model, prompt)
+            flat_prompts.extend([prompt[-1:]] * group_size)
+            caches.extend([shared] * group_size)
+        else:
+            flat_prompts.append(prompt)
+    uids = generator.insert(flat_prompts, [settings.max_tokens] * len(flat_prompts), caches=caches,
+                            stop_sequences=[stops] * len(flat_prompts))
+    tokens: dict[int, list[int]] = {uid: [] for uid in uids}
+    reasons: dict[int, str] = {}
+    while responses := generator.next_generated():
+        for r in responses:
+            if r.finish_reason != "stop" or r.token not in tokenizer.eos_token_ids:
+                tokens[r.uid].append(r.token)
+            if r.finish_reason is not None:
+                reasons[r.uid] = r.finish_reason
+    generator.close()
+    completions = [Completion(_trim(tokenizer.decode(tokens[u])), tuple(tokens[u]), reasons.get(u, "length"))
+                   for u in uids]
+    return [completions[i * group_size:(i + 1) * group_size] for i in range(len(prompts))]
+
+
+def _trim(text: str) -> str:
+    """Drop anything after the first closing guess tag (a stop may land mid-token)."""
+    end = text.find(STOP_TEXT)
+    return text if end < 0 else text[: end + len(STOP_TEXT)]

@@ -1,0 +1,30 @@
+"""A language model as a Wordle player: one batched generation per round of games."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from eval.moves import Move
+from llm.format import parse_answer, prompt_tokens
+from llm.generation import SamplingSettings, sample
+from solver.state import GameState
+
+
+class ModelPlayer:
+    def __init__(self, model, tokenizer, name: str, settings: SamplingSettings = SamplingSettings(),
+                 seed: int = 0, batch_size: int = 32) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.settings = settings
+        self.batch_size = batch_size
+        mx.random.seed(seed)
+
+    def moves(self, states: list[GameState]) -> list[Move]:
+        prompts = [prompt_tokens(self.tokenizer, state) for state in states]
+        completions = sample(self.model, self.tokenizer, prompts, 1, self.settings, self.batch_size)
+        moves = []
+        for state, (completion,) in zip(states, completions):
+            parsed = parse_answer(completion.text, state.lists, state.guesses)
+            moves.append(Move(parsed.guess, completion.text, parsed.failure))
+        return moves
