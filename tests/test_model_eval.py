@@ -1,0 +1,122 @@
+"""Playing with a language model through the eval harness (tiny random model)."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from cli import cli
+from eval.harness import MAX_INVALID_IN_A_ROW, evaluate
+from eval.moves import Move
+from eval.splits import held_out, is_held_out
+from llm.format import NOT_ALLOWED, format_answer, parse_answer
+from llm.generation import SamplingSettings
+from llm.loading import load_model
+from llm.player import ModelPlayer
+from llm.tiny import cached_tiny_model
+from solver.setup import load_setup
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return cached_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return load_setup("answers")
+
+
+class TextPlayer:
+    """Answers with fixed text per turn number: exercises the harness rules exactly."""
+
+    name = "scripted"
+
+    def __init__(self, answers):
+        self.answers = answers
+
+    def moves(self, states):
+        out = []
+        for state in states:
+            text = self.answers(state)
+            parsed = parse_answer(text, state.lists, state.guesses)
+            out.append(Move(parsed.guess, text, parsed.failure))
+        return out
+
+
+def test_games_end_after_six_guesses(setup):
+    player = TextPlayer(lambda s: format_answer("x", s.lists.allowed[(len(s.turns) * 997) % 12972]))
+    summary, games = evaluate(player, setup, ["zesty", "aback"], show_progress=False)
+    assert all(len(g.state.turns) == 6 and not g.state.won for g in games)
+    assert summary["histogram"]["X"] == 2 and summary["win_rate"] == 0.0
+    assert summary["format_valid_rate"] == 1.0 and summary["answers"] == 12
+
+
+def test_three_invalid_in_a_row_lose(setup):
+    player = TextPlayer(lambda s: "<think>x</think><guess>qqqqq</guess>")
+    summary, games = evaluate(player, setup, ["crane"], show_progress=False)
+    assert len(games[0].moves) == MAX_INVALID_IN_A_ROW and games[0].moves[0].failure == NOT_ALLOWED
+    assert summary["lost_to_invalid"] == 1 and summary["invalid_word_rate"] == 1.0
+
+
+def test_repeats_and_consistency_are_measured(setup):
+    repeated = []
+
+    def answer(state):
+        if not state.turns:
+            return format_answer("x", "salet")
+        if not repeated:
+            repeated.append(True)
+            return format_answer("x", "salet")
+        return format_answer("x", state.candidate_words()[0])
+
+    summary, games = evaluate(TextPlayer(answer), setup, ["crane"], show_progress=False)
+    moves = games[0].moves
+    assert moves[1].failure == "already_guessed"  # salet again is not played
+    assert summary["repeat_rate"] == 0.2  # 1 of 5 answers
+    assert games[0].state.won and len(games[0].state.turns) == 4
+    assert summary["consistency_rate"] == 1.0
+
+
+def test_tiny_model_plays_batched_games_with_distinct_secrets(tiny, setup):
+    model, tokenizer = load_model(str(tiny))
+    player = ModelPlayer(model, tokenizer, "tiny", SamplingSettings(max_tokens=24), seed=0, batch_size=8)
+    secrets = held_out(setup.lists.answers)[:8]
+    summary, games = evaluate(player, setup, secrets, show_progress=False)
+    assert [g.secret for g in games] == secrets and len(set(secrets)) == 8
+    for game in games:  # a random model loses every game to invalid answers, after exactly 3 tries
+        assert game.over and not game.state.won
+        assert len(game.moves) == 3 and all(m.text is not None for m in game.moves)
+    assert summary["games"] == 8 and summary["wins"] == 0 and summary["format_valid_rate"] == 0.0
+
+
+def test_eval_model_cli_json_and_heldout(tiny, tmp_path):
+    out = tmp_path / "model.json"
+    result = CliRunner().invoke(cli, ["eval", "--model", str(tiny), "--games", "6", "--seed", "1",
+                                      "--max-tokens", "16", "--json", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    for key in ("games", "wins", "win_rate", "mean_guesses", "max_guesses", "histogram", "seconds",
+                "format_valid_rate", "invalid_word_rate", "repeat_rate", "consistency_rate",
+                "mean_regret_bits", "mean_regret_expected_left", "games_per_minute"):
+        assert key in data
+    secrets = [g["secret"] for g in data["per_game"]]
+    assert data["split"] == "heldout" and len(set(secrets)) == 6 and all(map(is_held_out, secrets))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["eval", "--model", "/nonexistent/model"], "/nonexistent/model"),
+    (["eval", "--policy", "model"], "needs --model"),
+    (["eval", "--model", "TINY", "--adapter", "/nonexistent/adapter"], "adapter"),
+])
+def test_model_eval_bad_input(tiny, args, message):
+    result = CliRunner().invoke(cli, [str(tiny) if a == "TINY" else a for a in args])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
+
+
+def test_heldout_split_is_a_stable_tenth(setup):
+    words = held_out(setup.lists.answers)
+    assert 180 < len(words) < 290
+    assert words == held_out(setup.lists.answers)
