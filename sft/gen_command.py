@@ -1,0 +1,153 @@
+"""`gen-sft`: solver games -> chain-of-thought SFT data (datasets + mlx-lm JSONL + manifest)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from solver.errors import UserError
+from solver.fileio import atomic_replace_dir, atomic_write_json
+from solver.options import json_option, solver_options, word_list_options
+from solver.policy import SolverSettings
+
+
+class OneLineErrors(click.Command):
+    """Bad option values become a `UserError`: one `error:` line and exit 2, like every other mistake."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as err:
+            raise UserError(err.format_message()) from None
+
+
+@click.command("gen-sft", cls=OneLineErrors)
+@click.option("--out", required=True, type=click.Path(), help="Folder for the dataset (built aside, then swapped in).")
+@click.option("--games", type=click.IntRange(1), default=2000, show_default=True,
+              help="Solver games to play; every solver turn is one example.")
+@word_list_options()
+@solver_options
+@click.option("--max-history", type=click.IntRange(0, 5), default=5, show_default=True,
+              help="Most earlier turns a prompt shows; start states get 0..N of them.")
+@click.option("--off-policy", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
+              help="Chance that an earlier turn is not the solver's (a fitting or a random word).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--model", default=None,
+              help="Tokenizer for the token statistics (default: the default model's, if cached).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing non-empty --out.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@json_option
+def gen_sft(out, games, secrets, answers, allowed, hard, lookahead, top_k, max_history, off_policy, seed, model,
+            overwrite, quiet, json_path) -> None:
+    """Play solver games and write one chain-of-thought example per solver turn, split by secret."""
+    from rich.console import Console
+
+    check_out_dir(Path(out), overwrite)
+    settings = SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k)
+    result = generate_dataset(Path(out), games, secrets, answers, allowed, settings, max_history, off_policy, seed,
+                              model, show_progress=not quiet)
+    if json_path:
+        atomic_write_json(json_path, result)
+    Console().print(summary_table(result))
+
+
+def generate_dataset(out: Path, games: int, secret_kind: str, answers: str | None, allowed: str | None,
+                     settings: SolverSettings, max_history: int, off_policy: float, seed: int,
+                     model: str | None, show_progress: bool = True) -> dict:
+    """Play, write `out` atomically, and return the summary (also the body of manifest.json)."""
+    import numpy as np
+
+    from sft.gen_data import (deal_games, play_examples, secrets_by_split, secrets_used, split_summary,
+                              token_lengths, write_dataset)
+    from solver.progress import progress_bar
+    from solver.setup import load_setup
+
+    setup = load_setup(secret_kind, answers, allowed)
+    solver = setup.solver(settings)
+    solver.opener()  # computed (or read from its cache) before the clock starts
+    tokenizer, tokenizer_name = load_tokenizer(model)
+    rng = np.random.default_rng(seed)
+    dealt = deal_games(secrets_by_split(setup.lists.secrets(secret_kind)), games, rng)
+
+    started = time.perf_counter()
+    progress = progress_bar("games", disable=not show_progress)
+    with progress:
+        task = progress.add_task("gen-sft", total=len(dealt))
+        examples = play_examples(setup, solver, dealt, rng, max_history, off_policy,
+                                 on_game=lambda: progress.advance(task))
+    played = time.perf_counter()
+    prompt_tokens, answer_tokens = token_lengths(examples, tokenizer)
+    counted = time.perf_counter()
+    manifest = {
+        "examples": len(examples),
+        "splits": split_summary(examples, prompt_tokens, answer_tokens),
+        "seed": seed,
+        "games": games,
+        "max_history": max_history,
+        "off_policy": off_policy,
+        "solver": {"name": solver.name, "hard": settings.hard, "lookahead": settings.lookahead,
+                   "top_k": settings.top_k},
+        "word_lists": {"fingerprint": setup.lists.fingerprint, "secrets": secret_kind,
+                       "answers": len(setup.lists.answers), "allowed": len(setup.lists.allowed)},
+        "tokenizer": tokenizer_name,
+        "format": "mlx-lm chat JSONL ({split}.jsonl) and a datasets DatasetDict (hf/)",
+        "secrets": secrets_used(examples),
+    }
+    atomic_replace_dir(out, lambda folder: write_dataset(folder, examples, manifest))
+    done = time.perf_counter()
+    seconds = done - started
+    return {
+        "out": str(out),
+        **{k: v for k, v in manifest.items() if k != "secrets"},
+        "seconds": round(seconds, 3),
+        "play_seconds": round(played - started, 3),
+        "token_seconds": round(counted - played, 3),
+        "write_seconds": round(done - counted, 3),
+        "examples_per_second": round(len(examples) / seconds, 1),
+    }
+
+
+def load_tokenizer(model: str | None):
+    """(tokenizer, its name) for the token statistics; (None, why) when none is at hand."""
+    from llm.default_model import cached_path, is_default_cached
+    from sft.gen_data import CHARS_PER_TOKEN
+
+    if model is None:
+        if not is_default_cached():
+            return None, f"approximate: characters / {CHARS_PER_TOKEN} (default model not cached)"
+        path, model = cached_path(), "default"
+    else:
+        from llm.loading import resolve_model
+
+        path = resolve_model(model)
+    from mlx_lm.utils import load_tokenizer as mlx_load_tokenizer
+
+    try:
+        return mlx_load_tokenizer(path), model
+    except (OSError, ValueError) as err:
+        raise UserError(f"cannot load a tokenizer from {path}: {' '.join(str(err).split())[:300]}") from err
+
+
+def summary_table(result: dict) -> Table:
+    table = Table(title=f"gen-sft: {result['examples']:,} examples in {result['out']} "
+                        f"({result['seconds']:.1f} s, {result['examples_per_second']:,.0f} examples/s)")
+    for column in ("split", "games", "secrets", "examples", "off-policy", "prompt tokens (mean/max)",
+                   "answer tokens (mean/max)"):
+        table.add_column(column, justify="left" if column == "split" else "right")
+    for split, row in result["splits"].items():
+        prompt, answer = row["prompt_tokens"], row["answer_tokens"]
+        table.add_row(split, f"{row['games']:,}", f"{row['secrets']:,}", f"{row['examples']:,}",
+                      f"{row['off_policy_examples']:,}", f"{prompt['mean']:.0f} / {prompt['max']}",
+                      f"{answer['mean']:.0f} / {answer['max']}")
+    table.caption = f"tokens: {result['tokenizer']}; solver: {result['solver']['name']}; seed {result['seed']}"
+    return table
+
+
+def check_out_dir(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise UserError(f"--out {out} exists and is not empty; pass --overwrite to replace it")

@@ -1,0 +1,224 @@
+"""Solver games -> chain-of-thought SFT examples, split by secret, written for `datasets` and mlx-lm.
+
+Each game draws a start state (0..max_history earlier turns, some not the solver's),
+then the solver plays on; every solver turn is one example whose prompt is exactly
+what eval and RL show a model (`llm.format.messages`) and whose target is the
+solver's guess with its thought (`sft.cot`). A secret belongs to one split only, by a
+hash of the word (so the splits stay put across seeds), and eval's held-out secrets
+are in none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from eval.splits import trainable
+from llm.format import messages
+from sft.cot import expert_move
+from sft.states import sample_start_state, secret_columns
+from solver.errors import UserError
+from solver.policy import Policy
+from solver.setup import Setup
+
+SPLITS = ("train", "valid", "test")
+SHARES_PER_MILLE = {"valid": 50, "test": 50}  # of the trainable secrets, and of the games
+CHARS_PER_TOKEN = 3.0  # SmolLM2's tokenizer on this format; used when no tokenizer is at hand
+
+
+@dataclass(frozen=True)
+class Example:
+    split: str
+    secret: str
+    game: int
+    turns: int  # earlier turns shown in the prompt
+    off_policy_turns: int  # of those, the ones the solver did not play
+    candidates: int
+    guess: str
+    prompt: list[dict[str, str]]  # system + user
+    answer: str
+
+    @property
+    def messages(self) -> list[dict[str, str]]:
+        return self.prompt + [{"role": "assistant", "content": self.answer}]
+
+
+def split_of(word: str) -> str:
+    """The split a secret belongs to: a fixed function of the word, like eval's held-out set."""
+    digest = hashlib.sha256(f"wordle-rl-sft-split:{word}".encode()).digest()
+    slot = int.from_bytes(digest[:4], "big") % 1000
+    for split, share in SHARES_PER_MILLE.items():
+        if slot < share:
+            return split
+        slot -= share
+    return "train"
+
+
+def secrets_by_split(words: tuple[str, ...] | list[str]) -> dict[str, list[str]]:
+    """The trainable secrets (eval's held-out ones removed), grouped by split."""
+    grouped: dict[str, list[str]] = {split: [] for split in SPLITS}
+    for word in trainable(words):
+        grouped[split_of(word)].append(word)
+    return grouped
+
+
+def deal_games(pools: dict[str, list[str]], games: int, rng: np.random.Generator) -> list[tuple[str, str]]:
+    """(split, secret) for each game: valid and test get their share (at least one game each
+    from 3 games on), train the rest; within a split the secrets are shuffled and dealt
+    round-robin, so no secret plays twice before all have played once."""
+    counts = {split: 0 for split in SPLITS}
+    for split, share in SHARES_PER_MILLE.items():
+        if pools[split] and games >= len(SPLITS):
+            counts[split] = max(round(games * share / 1000), 1)
+    counts["train"] = games - sum(counts.values())
+    dealt = []
+    for split in SPLITS:
+        if counts[split] and not pools[split]:
+            raise UserError(f"the word list has no {split} secrets to deal {counts[split]} games to")
+        order = rng.permutation(len(pools[split])) if pools[split] else []
+        dealt += [(split, pools[split][order[i % len(order)]]) for i in range(counts[split])]
+    return dealt
+
+
+def play_examples(setup: Setup, solver: Policy, dealt: list[tuple[str, str]], rng: np.random.Generator,
+                  max_history: int, off_policy: float,
+                  on_game: Callable[[], None] = lambda: None) -> list[Example]:
+    """Play every dealt game from a sampled start state; one example per solver turn that
+    shows at most `max_history` earlier turns."""
+    columns = secret_columns(setup)
+    examples = []
+    for game, (split, secret) in enumerate(dealt):
+        column = columns[secret]
+        start = sample_start_state(setup, solver, secret, column, rng, max_history, off_policy)
+        state, off = start.state, start.off_policy_turns
+        while not state.over and len(state.turns) <= max_history:
+            guess, answer = expert_move(solver, state)
+            examples.append(Example(split, secret, game, len(state.turns), off, len(state.candidates), guess,
+                                    messages(state), answer))
+            state = state.play(guess, int(setup.matrix[setup.lists.index(guess), column]))
+        on_game()
+    return examples
+
+
+# -- token counts ---------------------------------------------------------------------
+
+def token_lengths(examples: list[Example], tokenizer) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and answer lengths in tokens, as mlx-lm's ChatDataset with mask_prompt counts them:
+    the prompt is the chat-templated system+user turn with the generation prompt, the answer
+    everything after it. Without a tokenizer: characters / CHARS_PER_TOKEN."""
+    if tokenizer is None:
+        prompt = [sum(len(m["content"]) for m in e.prompt) / CHARS_PER_TOKEN for e in examples]
+        answer = [len(e.answer) / CHARS_PER_TOKEN for e in examples]
+        return np.ceil(prompt).astype(np.int64), np.ceil(answer).astype(np.int64)
+    if not examples:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    fast = _piecewise_lengths(examples, tokenizer)
+    sample = sorted({round(i * (len(examples) - 1) / (VERIFY_SAMPLE - 1)) for i in range(VERIFY_SAMPLE)})
+    exact = _exact_lengths([examples[i] for i in sample], tokenizer)
+    if fast is not None and all((fast[0][i], fast[1][i]) == pair for i, pair in zip(sample, zip(*exact))):
+        return fast
+    return _exact_lengths(examples, tokenizer)
+
+
+VERIFY_SAMPLE = 16  # examples whose fast token counts are checked against the full chat template
+_MARK_USER, _MARK_ANSWER = "\ue000", "\ue001"
+
+
+def _exact_lengths(examples: list[Example], tokenizer) -> tuple[np.ndarray, np.ndarray]:
+    """What ChatDataset computes: template the prompt (with generation prompt) and the whole chat."""
+    prompt = np.array([len(tokenizer.apply_chat_template(e.prompt, add_generation_prompt=True)) for e in examples])
+    full = np.array([len(tokenizer.apply_chat_template(e.messages)) for e in examples])
+    return prompt.astype(np.int64), (full - prompt).astype(np.int64)
+
+
+def _piecewise_lengths(examples: list[Example], tokenizer) -> tuple[np.ndarray, np.ndarray] | None:
+    """The same counts from the template's fixed pieces plus each distinct user text and answer,
+    tokenized once in a batch. Exact when the template is `head + user + middle + answer + tail`
+    and tokens do not merge across those seams (the caller checks a sample against
+    `_exact_lengths`); None when the template is not of that shape."""
+    system = examples[0].prompt[0]
+    backend = getattr(tokenizer, "backend_tokenizer", None)  # a fast (Rust) tokenizer batches well
+    if backend is None or any(e.prompt[0] != system for e in examples):
+        return None
+    marked = [system, {"role": "user", "content": _MARK_USER}]
+    prompt_text = tokenizer.apply_chat_template(marked, add_generation_prompt=True, tokenize=False)
+    full_text = tokenizer.apply_chat_template(marked + [{"role": "assistant", "content": _MARK_ANSWER}],
+                                              tokenize=False)
+    if prompt_text.count(_MARK_USER) != 1 or not full_text.startswith(prompt_text + _MARK_ANSWER):
+        return None
+    head, middle = prompt_text.split(_MARK_USER)
+    tail = full_text[len(prompt_text + _MARK_ANSWER):]
+    users = sorted({e.prompt[1]["content"] for e in examples})
+    answers = sorted({e.answer for e in examples})
+    encodings = backend.encode_batch([head, middle, tail, *users, *answers], add_special_tokens=False)
+    counts = [len(encoding.ids) for encoding in encodings]
+    fixed_prompt, fixed_answer = counts[0] + counts[1], counts[2]
+    user_len = dict(zip(users, counts[3:3 + len(users)]))
+    answer_len = dict(zip(answers, counts[3 + len(users):]))
+    prompt = np.array([fixed_prompt + user_len[e.prompt[1]["content"]] for e in examples], dtype=np.int64)
+    answer = np.array([answer_len[e.answer] + fixed_answer for e in examples], dtype=np.int64)
+    return prompt, answer
+
+
+def length_stats(lengths: np.ndarray) -> dict:
+    if len(lengths) == 0:
+        return {"mean": 0.0, "median": 0.0, "p95": 0.0, "max": 0, "total": 0}
+    return {"mean": round(float(lengths.mean()), 1), "median": float(np.median(lengths)),
+            "p95": float(np.percentile(lengths, 95)), "max": int(lengths.max()), "total": int(lengths.sum())}
+
+
+# -- writing ----------------------------------------------------------------------------
+
+def jsonl(examples: list[Example]) -> str:
+    """mlx-lm's chat format: one {"messages": [system, user, assistant]} object a line."""
+    return "".join(json.dumps({"messages": e.messages}) + "\n" for e in examples)
+
+
+def write_dataset(folder: Path, examples: list[Example], manifest: dict) -> None:
+    """train/valid/test.jsonl for mlx-lm, hf/ (a datasets DatasetDict) and manifest.json."""
+    from datasets import Dataset, DatasetDict, Features, List, Value, disable_progress_bars, enable_progress_bars
+
+    features = Features({
+        "messages": List({"role": Value("string"), "content": Value("string")}),
+        "secret": Value("string"), "game": Value("int32"), "turns": Value("int32"),
+        "off_policy_turns": Value("int32"), "candidates": Value("int32"), "guess": Value("string"),
+    })
+    splits = {}
+    for split in SPLITS:
+        chosen = [e for e in examples if e.split == split]
+        (folder / f"{split}.jsonl").write_text(jsonl(chosen), encoding="utf-8")
+        columns = {name: [getattr(e, name) for e in chosen] for name in features if name != "messages"}
+        splits[split] = Dataset.from_dict({"messages": [e.messages for e in chosen], **columns}, features=features)
+    disable_progress_bars()  # the command shows its own progress and summary
+    try:
+        DatasetDict(splits).save_to_disk(str(folder / "hf"))
+    finally:
+        enable_progress_bars()
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+
+
+def split_summary(examples: list[Example], prompt_tokens: np.ndarray, answer_tokens: np.ndarray) -> dict:
+    """Per split: games, secrets, examples and token statistics (plus the same over all)."""
+    names = np.array([e.split for e in examples])
+    summary = {}
+    for split in (*SPLITS, "all"):
+        mask = np.ones(len(examples), bool) if split == "all" else names == split
+        chosen = [e for e, keep in zip(examples, mask) if keep]
+        summary[split] = {
+            "games": len({e.game for e in chosen}),
+            "secrets": len({e.secret for e in chosen}),
+            "examples": len(chosen),
+            "off_policy_examples": sum(e.off_policy_turns > 0 for e in chosen),
+            "prompt_tokens": length_stats(prompt_tokens[mask]),
+            "answer_tokens": length_stats(answer_tokens[mask]),
+        }
+    return summary
+
+
+def secrets_used(examples: list[Example]) -> dict[str, list[str]]:
+    return {split: sorted({e.secret for e in examples if e.split == split}) for split in SPLITS}

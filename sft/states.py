@@ -1,0 +1,92 @@
+"""Start states: positions with 0 to N earlier turns, not all of them played by the solver.
+
+A model trained only on the solver's own positions never sees the states its own
+mistakes lead to, and seed 001 saw win rates jump once prompts carried 0-4 turns of
+history. So each earlier turn is played by the solver or, with probability
+`off_policy`, by a stand-in for a weaker player: a random word that still fits the
+feedback (a plausible human guess) or a random accepted word (a careless one). The
+SFT generator and RL both draw their start states here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from solver.policy import Policy
+from solver.setup import Setup
+from solver.state import MAX_GUESSES, GameState
+
+SOLVER, CANDIDATE, RANDOM = "solver", "candidate", "random"
+CANDIDATE_SHARE = 2 / 3  # of the off-policy turns; the rest are random accepted words
+DEFAULT_OFF_POLICY = 0.5
+
+
+@dataclass(frozen=True)
+class StartState:
+    """A game to continue: its secret, the position, and who played each earlier turn."""
+
+    secret: str
+    state: GameState
+    players: tuple[str, ...]
+
+    @property
+    def off_policy_turns(self) -> int:
+        return sum(p != SOLVER for p in self.players)
+
+
+def secret_columns(setup: Setup) -> dict[str, int]:
+    """Column of each secret in the pattern matrix."""
+    return {word: i for i, word in enumerate(setup.lists.secrets(setup.secret_kind))}
+
+
+def sample_start_state(setup: Setup, solver: Policy, secret: str, column: int, rng: np.random.Generator,
+                       max_history: int, off_policy: float = DEFAULT_OFF_POLICY) -> StartState:
+    """Play 0..max_history earlier turns (uniformly many) against `secret` at matrix `column`.
+
+    History never wins the game: a solver move that would win ends the history early
+    and the other players avoid the secret, so at least one guess is always left to make.
+    """
+    turns = int(rng.integers(0, min(max_history, MAX_GUESSES - 1) + 1))
+    state, players = setup.start, []
+    for _ in range(turns):
+        player = _pick_player(rng, off_policy)
+        guess = _history_guess(player, state, solver, secret, column, rng)
+        if guess is None:
+            break
+        state = state.play(guess, int(setup.matrix[setup.lists.index(guess), column]))
+        players.append(player)
+    return StartState(secret, state, tuple(players))
+
+
+def sample_start_states(setup: Setup, solver: Policy, secrets: list[str] | tuple[str, ...], n: int,
+                        rng: np.random.Generator, max_history: int = 4,
+                        off_policy: float = DEFAULT_OFF_POLICY) -> list[StartState]:
+    """`n` start states, each for a secret drawn uniformly (with replacement) from `secrets`."""
+    columns = secret_columns(setup)
+    picks = rng.integers(0, len(secrets), size=n)
+    return [sample_start_state(setup, solver, secrets[i], columns[secrets[i]], rng, max_history, off_policy)
+            for i in picks]
+
+
+def _pick_player(rng: np.random.Generator, off_policy: float) -> str:
+    if rng.random() >= off_policy:
+        return SOLVER
+    return CANDIDATE if rng.random() < CANDIDATE_SHARE else RANDOM
+
+
+def _history_guess(player: str, state: GameState, solver: Policy, secret: str, column: int,
+                   rng: np.random.Generator) -> str | None:
+    """The word `player` plays at `state`, or None to stop the history before a win."""
+    if player == SOLVER:
+        guess = solver.choose(state)
+        return None if guess == secret else guess
+    if player == CANDIDATE:
+        others = state.candidates[state.candidates != column]
+        return state.secret_words[int(others[rng.integers(len(others))])] if len(others) else None
+    allowed = state.lists.allowed
+    while True:
+        guess = allowed[int(rng.integers(len(allowed)))]
+        if guess != secret and guess not in state.guesses:
+            return guess
