@@ -31,3 +31,19 @@ def solve(word, history, secrets, answers, allowed, hard, lookahead, top_k, json
         advise(setup, settings, history, json_path)
     else:
         assist_interactively(setup, settings)
+
+
+@click.command("matrix")
+@word_list_options()
+@click.option("--repeat", type=click.IntRange(1), default=3, show_default=True, help="Timed runs; medians reported.")
+@json_option
+def matrix_command(secrets, answers, allowed, repeat, json_path) -> None:
+    """Benchmark the pattern matrix: cold build (compile excluded) and load from the cache."""
+    from solver.matrix_bench import benchmark_matrix, show_benchmark
+
+    result = benchmark_matrix(secrets, answers, allowed, repeat)
+    show_benchmark(result)
+    if json_path:
+        from solver.fileio import atomic_write_json
+
+        atomic_write_json(json_path, result)
