@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -21,10 +22,11 @@ import numpy as np
 from eval.splits import trainable
 from llm.format import messages
 from sft.cot import expert_move
-from sft.states import sample_start_state, secret_columns
+from sft.states import SOLVER, sample_start_state, secret_columns
 from solver.errors import UserError
 from solver.policy import Policy
 from solver.setup import Setup
+from solver.state import GameState
 
 SPLITS = ("train", "valid", "test")
 SHARES_PER_MILLE = {"valid": 50, "test": 50}  # of the trainable secrets, and of the games
@@ -88,21 +90,30 @@ def deal_games(pools: dict[str, list[str]], games: int, rng: np.random.Generator
 def play_examples(setup: Setup, solver: Policy, dealt: list[tuple[str, str]], rng: np.random.Generator,
                   max_history: int, off_policy: float,
                   on_game: Callable[[], None] = lambda: None) -> list[Example]:
-    """Play every dealt game from a sampled start state; one example per solver turn that
-    shows at most `max_history` earlier turns."""
+    """Play every dealt game from a sampled start state. Every solver move is one example
+    (if its prompt shows at most `max_history` turns), except the moves of a history that
+    is all solver so far: those positions are the solver's own path, which the games
+    starting there cover already."""
     columns = secret_columns(setup)
     examples = []
     for game, (split, secret) in enumerate(dealt):
         column = columns[secret]
         start = sample_start_state(setup, solver, secret, column, rng, max_history, off_policy)
-        state, off = start.state, start.off_policy_turns
+        state, off = setup.start, 0
+        for turn, player in zip(start.state.turns, start.players):
+            if player == SOLVER and off:  # a solver move off its own path: already computed, keep it
+                examples.append(_example(split, secret, game, state, off, *expert_move(solver, state)))
+            state, off = state.play(turn.guess, turn.pattern), off + (player != SOLVER)
         while not state.over and len(state.turns) <= max_history:
-            guess, answer = expert_move(solver, state)
-            examples.append(Example(split, secret, game, len(state.turns), off, len(state.candidates), guess,
-                                    messages(state), answer))
-            state = state.play(guess, int(setup.matrix[setup.lists.index(guess), column]))
+            example = _example(split, secret, game, state, off, *expert_move(solver, state))
+            examples.append(example)
+            state = state.play(example.guess, int(setup.matrix[setup.lists.index(example.guess), column]))
         on_game()
     return examples
+
+
+def _example(split: str, secret: str, game: int, state: GameState, off: int, guess: str, answer: str) -> Example:
+    return Example(split, secret, game, len(state.turns), off, len(state.candidates), guess, messages(state), answer)
 
 
 # -- token counts ---------------------------------------------------------------------
@@ -125,8 +136,9 @@ def token_lengths(examples: list[Example], tokenizer) -> tuple[np.ndarray, np.nd
     return _exact_lengths(examples, tokenizer)
 
 
-VERIFY_SAMPLE = 16  # examples whose fast token counts are checked against the full chat template
+VERIFY_SAMPLE = 64  # examples whose fast token counts are checked against the full chat template
 _MARK_USER, _MARK_ANSWER = "\ue000", "\ue001"
+_SEAMS = re.compile(r"\n|(?<=\.)(?= )")  # line breaks, and the space after a full stop
 
 
 def _exact_lengths(examples: list[Example], tokenizer) -> tuple[np.ndarray, np.ndarray]:
@@ -137,10 +149,12 @@ def _exact_lengths(examples: list[Example], tokenizer) -> tuple[np.ndarray, np.n
 
 
 def _piecewise_lengths(examples: list[Example], tokenizer) -> tuple[np.ndarray, np.ndarray] | None:
-    """The same counts from the template's fixed pieces plus each distinct user text and answer,
-    tokenized once in a batch. Exact when the template is `head + user + middle + answer + tail`
-    and tokens do not merge across those seams (the caller checks a sample against
-    `_exact_lengths`); None when the template is not of that shape."""
+    """The same counts, summed over pieces that repeat across examples: the template's fixed
+    parts, and the lines and sentences of each prompt and answer, each distinct piece
+    tokenized once. Exact when the template is `head + user + middle + answer + tail` and
+    the tokenizer never merges across a line break or the space after a full stop (true of
+    byte-level BPE, which pre-splits there; the caller checks a sample against
+    `_exact_lengths`). None when the template is not of that shape."""
     system = examples[0].prompt[0]
     backend = getattr(tokenizer, "backend_tokenizer", None)  # a fast (Rust) tokenizer batches well
     if backend is None or any(e.prompt[0] != system for e in examples):
@@ -153,16 +167,27 @@ def _piecewise_lengths(examples: list[Example], tokenizer) -> tuple[np.ndarray, 
         return None
     head, middle = prompt_text.split(_MARK_USER)
     tail = full_text[len(prompt_text + _MARK_ANSWER):]
-    users = sorted({e.prompt[1]["content"] for e in examples})
-    answers = sorted({e.answer for e in examples})
-    encodings = backend.encode_batch([head, middle, tail, *users, *answers], add_special_tokens=False)
-    counts = [len(encoding.ids) for encoding in encodings]
-    fixed_prompt, fixed_answer = counts[0] + counts[1], counts[2]
-    user_len = dict(zip(users, counts[3:3 + len(users)]))
-    answer_len = dict(zip(answers, counts[3 + len(users):]))
-    prompt = np.array([fixed_prompt + user_len[e.prompt[1]["content"]] for e in examples], dtype=np.int64)
-    answer = np.array([answer_len[e.answer] + fixed_answer for e in examples], dtype=np.int64)
-    return prompt, answer
+    split = {text: _pieces(text) for e in examples for text in (e.prompt[1]["content"], e.answer)}
+    distinct = sorted({piece for pieces in split.values() for piece in pieces} | {head, middle, tail})
+    encodings = backend.encode_batch(distinct, add_special_tokens=False)
+    size = {piece: len(encoding.ids) for piece, encoding in zip(distinct, encodings)}
+    length = {text: sum(size[piece] for piece in pieces) for text, pieces in split.items()}
+    prompt = [size[head] + length[e.prompt[1]["content"]] + size[middle] for e in examples]
+    answer = [length[e.answer] + size[tail] for e in examples]
+    return np.array(prompt, dtype=np.int64), np.array(answer, dtype=np.int64)
+
+
+def _pieces(text: str) -> list[str]:
+    """`text` cut at its seams: line breaks stand alone, a sentence keeps its full stop and
+    the next one starts with its space."""
+    pieces, start = [], 0
+    for seam in _SEAMS.finditer(text):
+        pieces.append(text[start:seam.start()])
+        if seam.group():
+            pieces.append(seam.group())
+        start = seam.end()
+    pieces.append(text[start:])
+    return [piece for piece in pieces if piece]
 
 
 def length_stats(lengths: np.ndarray) -> dict:
