@@ -39,7 +39,7 @@ def thought(state: GameState, choice: Scored) -> str:
     else:
         parts.append(f"{count} possible words.")
     verdict = "could be the answer" if choice.is_candidate else "not a possible answer"
-    parts.append(f"{choice.word.upper()}: {choice.entropy:.2f} bits, ~{choice.expected_left:.1f} words left; "
+    parts.append(f"{choice.word.upper()}: {choice.entropy:.1f} bits, ~{choice.expected_left:.1f} words left; "
                  f"{verdict}.")
     return " ".join(parts)
 

@@ -117,7 +117,8 @@ def load_tokenizer(model: str | None):
 
     if model is None:
         if not is_default_cached():
-            return None, f"approximate: characters / {CHARS_PER_TOKEN} (default model not cached)"
+            return None, (f"approximate (default model not cached): characters / {CHARS_PER_TOKEN['prompt']} "
+                          f"(prompt), / {CHARS_PER_TOKEN['answer']} (answer)")
         path, model = cached_path(), "default"
     else:
         from llm.loading import resolve_model

@@ -30,7 +30,8 @@ from solver.state import GameState
 
 SPLITS = ("train", "valid", "test")
 SHARES_PER_MILLE = {"valid": 50, "test": 50}  # of the trainable secrets, and of the games
-CHARS_PER_TOKEN = 3.0  # SmolLM2's tokenizer on this format; used when no tokenizer is at hand
+# Used when no tokenizer is at hand: SmolLM2's tokenizer on this format (chat template included).
+CHARS_PER_TOKEN = {"prompt": 3.2, "answer": 2.3}
 
 
 @dataclass(frozen=True)
@@ -123,8 +124,8 @@ def token_lengths(examples: list[Example], tokenizer) -> tuple[np.ndarray, np.nd
     the prompt is the chat-templated system+user turn with the generation prompt, the answer
     everything after it. Without a tokenizer: characters / CHARS_PER_TOKEN."""
     if tokenizer is None:
-        prompt = [sum(len(m["content"]) for m in e.prompt) / CHARS_PER_TOKEN for e in examples]
-        answer = [len(e.answer) / CHARS_PER_TOKEN for e in examples]
+        prompt = [sum(len(m["content"]) for m in e.prompt) / CHARS_PER_TOKEN["prompt"] for e in examples]
+        answer = [len(e.answer) / CHARS_PER_TOKEN["answer"] for e in examples]
         return np.ceil(prompt).astype(np.int64), np.ceil(answer).astype(np.int64)
     if not examples:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)

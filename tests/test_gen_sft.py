@@ -150,12 +150,12 @@ def check_thought(thought: str, guess: str, state, lists, seen: set[str]) -> Non
             assert candidates == [m.group(1).lower()] == [guess], sentence
             count_statements += 1
             seen.add("only")
-        elif m := re.fullmatch(r"([A-Z]{5}): (\d+\.\d\d) bits, ~(\d+\.\d) words left; "
+        elif m := re.fullmatch(r"([A-Z]{5}): (\d+\.\d) bits, ~(\d+\.\d) words left; "
                                r"(could be the answer|not a possible answer)\.", sentence):
             assert m.group(1).lower() == guess and len(candidates) > 1
             buckets = np.unique(build_pattern_matrix(encode([guess]), encode(candidates))[0], return_counts=True)[1]
             p = buckets / len(candidates)
-            assert abs(float(m.group(2)) - float(-(p * np.log2(p)).sum())) <= 0.005 + 1e-9, sentence
+            assert abs(float(m.group(2)) - float(-(p * np.log2(p)).sum())) <= 0.05 + 1e-9, sentence
             assert abs(float(m.group(3)) - float((buckets ** 2).sum() / len(candidates))) <= 0.05 + 1e-9, sentence
             assert (m.group(4) == "could be the answer") == (guess in candidates), sentence
             seen.add("bits")
@@ -216,6 +216,10 @@ def test_thoughts_on_the_default_lists(tmp_path):
     rows = [(r["secret"], r["messages"]) for split in SPLITS for r in hf[split]]
     assert len(rows) == summary["examples"] > 30
     check_examples(setup, setup.solver(), rows)
+    # no tokenizer in this test's cache: token counts are the documented character-based estimate
+    assert summary["tokenizer"].startswith("approximate")
+    chars = sum(len(m["content"]) for _, messages in rows for m in messages[:2])
+    assert summary["splits"]["all"]["prompt_tokens"]["total"] == pytest.approx(chars / 3.2, rel=0.01)
 
 
 def test_same_seed_same_bytes_other_seed_other_data(tmp_path, small_lists_files):
