@@ -1,0 +1,85 @@
+"""`sft`: LoRA (or full) supervised fine-tuning on gen-sft's chat data, resumable, with a live eval."""
+
+from __future__ import annotations
+
+import click
+
+from solver.options import json_option
+
+
+@click.command("sft")
+@click.option("--model", default="default", show_default=True,
+              help="Base model: mlx-lm folder, Hugging Face id, or 'default' (SmolLM2-135M-Instruct, embedded).")
+@click.option("--data", required=True, type=click.Path(), help="Folder with train.jsonl (+ valid/test.jsonl), "
+                                                              "as gen-sft writes it.")
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Run folder: checkpoints/, metrics.jsonl, adapter/ (and fused/).")
+@click.option("--adapter", type=click.Path(), default=None,
+              help="Start from this adapter (its rank and type replace --rank/--full).")
+@click.option("--iters", type=int, default=1000, show_default=True, help="Optimizer steps.")
+@click.option("--rank", type=int, default=8, show_default=True, help="LoRA rank (all projections, all layers).")
+@click.option("--lr", "learning_rate", type=float, default=1e-4, show_default=True,
+              help="Peak learning rate (linear warm-up, then cosine decay to 10%).")
+@click.option("--warmup", type=int, default=None, help="Warm-up steps [default: 5% of --iters].")
+@click.option("--batch-size", type=int, default=4, show_default=True)
+@click.option("--max-seq-len", type=int, default=1024, show_default=True,
+              help="Longest example allowed (longer ones are an error, never silently cut).")
+@click.option("--full", is_flag=True, help="Train all transformer weights instead of a LoRA adapter.")
+@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
+@click.option("--fuse", is_flag=True, help="Also write --out/fused: base + adapter in one model, checked "
+                                           "to answer like the adapter.")
+@click.option("--eval-every", type=int, default=100, show_default=True,
+              help="Validation loss and a few held-out games every K steps.")
+@click.option("--eval-games", type=int, default=8, show_default=True, help="Held-out games per eval (0: none).")
+@click.option("--save-every", type=int, default=100, show_default=True, help="Checkpoint every K steps.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@json_option
+def sft(model, data, out, adapter, iters, rank, learning_rate, warmup, batch_size, max_seq_len, full, resume, fuse,
+        eval_every, eval_games, save_every, seed, quiet, json_path) -> None:
+    """Fine-tune a model on chat examples; write OUT/adapter (mlx-lm format) and metrics."""
+    from rich.console import Console
+
+    from sft.run import SFTConfig, run_sft
+    from solver.fileio import atomic_write_json
+
+    config = SFTConfig(model=model, data=data, out=out, adapter=adapter, iters=iters, rank=rank,
+                       learning_rate=learning_rate, batch_size=batch_size, max_seq_len=max_seq_len, full=full,
+                       warmup=warmup, eval_every=eval_every, eval_games=eval_games, save_every=save_every,
+                       seed=seed)
+    summary = run_sft(config, resume=resume, fuse=fuse, show_progress=not quiet)
+    if json_path:
+        atomic_write_json(json_path, summary)
+    Console().print(*summary_tables(summary))
+
+
+def summary_tables(summary: dict) -> list:
+    """The eval history (loss, val loss, games) and the run's final figures."""
+    from rich.table import Table
+
+    def show(value, pattern: str) -> str:
+        return "-" if value is None else pattern.format(value)
+
+    history = Table(title="training")
+    for column in ("step", "train loss", "val loss", "format-valid", "win rate"):
+        history.add_column(column, justify="right")
+    for row in summary["history"]:
+        history.add_row(str(row["step"]), show(row["loss"], "{:.4f}"), show(row["val_loss"], "{:.4f}"),
+                        show(row["eval_format_valid_rate"], "{:.1%}"), show(row["eval_win_rate"], "{:.1%}"))
+    figures = Table(title=f"sft run {summary['run']}")
+    figures.add_column("figure")
+    figures.add_column("value", justify="right")
+    for label, key, pattern in (("steps", "steps", "{:d}"), ("final train loss (last 10)", "final_train_loss", "{:.4f}"),
+                                ("val loss (start -> end)", None, ""), ("tokens/s (median)", "tokens_per_s_median", "{:,.0f}"),
+                                ("step seconds (median)", "step_seconds_median", "{:.3f}"),
+                                ("peak memory GB", "peak_memory_gb", "{:.2f}"), ("seconds", "seconds", "{:.1f}")):
+        if key is None:
+            value = f"{show(summary['initial_val_loss'], '{:.4f}')} -> {show(summary['final_val_loss'], '{:.4f}')}"
+        else:
+            value = show(summary[key], pattern)
+        figures.add_row(label, value)
+    figures.add_row("adapter", summary["adapter"])
+    if summary["fused"]:
+        figures.add_row("fused", f"{summary['fused']['path']} (greedy answers match on "
+                                  f"{summary['fused']['prompts']} prompts)")
+    return [history, figures]

@@ -1,0 +1,262 @@
+"""One SFT run, start to finish: what `sft` does between parsing flags and printing the table.
+
+Load the data (checked), the model, attach the adapter; train with `SFTTrainer`,
+logging every step to RUN/metrics.jsonl; every `eval_every` steps measure the
+validation loss and play a few held-out games greedily through the eval harness;
+every `save_every` steps write a checkpoint (`sft.checkpoint`). At the end write
+RUN/adapter (an mlx-lm adapter folder) and, with `fuse`, RUN/fused, checked against
+the adapter. `resume` picks up at the last checkpoint with the same batches and
+learning rate the interrupted run would have used; the settings that shape the
+trajectory must match the ones the run started with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import mlx.core as mx
+
+from sft.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from sft.data import SFTData, check_lengths, load_data_dir, prompt_of
+from sft.lora import AdapterSettings, attach_adapter, continue_adapter, save_adapter
+from sft.trainer import BatchOrder, OptimizerSettings, SFTTrainer, collate
+from solver.errors import UserError
+from solver.fileio import atomic_write_json, atomic_write_text
+
+VAL_EXAMPLES = 256  # validation loss is measured on at most this many valid.jsonl examples
+FUSE_PROMPTS = 4
+EVAL_FIGURES = ("format_valid_rate", "win_rate", "mean_guesses", "invalid_word_rate", "consistency_rate")
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    model: str
+    data: str
+    out: str
+    adapter: str | None = None
+    iters: int = 1000
+    rank: int = 8
+    learning_rate: float = 1e-4
+    batch_size: int = 4
+    max_seq_len: int = 1024
+    full: bool = False
+    warmup: int | None = None  # None: 5% of iters
+    eval_every: int = 100
+    eval_games: int = 8
+    save_every: int = 100
+    seed: int = 0
+
+    @property
+    def warmup_steps(self) -> int:
+        return self.iters // 20 if self.warmup is None else self.warmup
+
+    def check(self) -> None:
+        """One-line errors for values no run can use."""
+        positive = {"--iters": self.iters, "--rank": self.rank, "--batch-size": self.batch_size,
+                    "--eval-every": self.eval_every, "--save-every": self.save_every}
+        for flag, value in positive.items():
+            if value <= 0:
+                raise UserError(f"{flag} must be a positive integer, got {value}")
+        if not self.learning_rate > 0:
+            raise UserError(f"--lr must be positive, got {self.learning_rate}")
+        if self.max_seq_len < 32:
+            raise UserError(f"--max-seq-len {self.max_seq_len} is too small: a prompt alone is longer")
+        if self.eval_games < 0:
+            raise UserError(f"--eval-games must be 0 or more, got {self.eval_games}")
+        if not 0 <= self.warmup_steps < self.iters:
+            raise UserError(f"--warmup must be between 0 and --iters - 1, got {self.warmup_steps}")
+
+    def trajectory(self, data_digest: str) -> dict:
+        """What decides the weights at every step: a resumed run must agree on all of it."""
+        keys = ("model", "adapter", "iters", "rank", "learning_rate", "batch_size", "max_seq_len", "full", "seed")
+        return {**{k: getattr(self, k) for k in keys}, "warmup": self.warmup_steps, "train_sha256": data_digest}
+
+
+class MetricsLog:
+    """RUN/metrics.jsonl: one JSON object per step, appended as training goes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def append(self, record: dict) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def records(self) -> list[dict]:
+        """Every complete line (a kill mid-write leaves at most one broken last line)."""
+        if not self.path.is_file():
+            return []
+        records = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return records
+
+    def keep_until(self, step: int) -> None:
+        """Forget what an interrupted run logged after its last checkpoint."""
+        kept = [r for r in self.records() if r["step"] <= step]
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+
+
+class GameEval:
+    """A few held-out games played greedily: format-valid rate and win rate while training."""
+
+    def __init__(self, games: int, seed: int) -> None:
+        from eval.run import choose_secrets
+        from solver.setup import load_setup
+
+        self.setup = load_setup("answers")
+        self.secrets = choose_secrets(self.setup.lists.answers, "heldout", games, seed)
+        self.seed = seed
+
+    def __call__(self, model, tokenizer) -> dict:
+        from eval.run import play_and_summarise
+        from llm.generation import SamplingSettings
+        from llm.player import ModelPlayer
+
+        key = mx.array(mx.random.state[0])  # the player reseeds mlx: keep training's key as it was
+        model.eval()
+        player = ModelPlayer(model, tokenizer, "sft", SamplingSettings(temperature=0.0), self.seed,
+                             batch_size=len(self.secrets))
+        result = play_and_summarise(player, self.setup, self.secrets, show_progress=False)
+        model.train()
+        mx.random.state[0][...] = key
+        return {f"eval_{k}": result[k] for k in EVAL_FIGURES} | {"eval_games": len(self.secrets)}
+
+
+def run_sft(config: SFTConfig, resume: bool = False, fuse: bool = False, show_progress: bool = True) -> dict:
+    from llm.loading import load_model
+
+    started = time.perf_counter()
+    config.check()
+    data = load_data_dir(config.data)
+    out = Path(config.out)
+    _check_run_folder(out, resume)
+    digest = hashlib.sha256((Path(config.data) / "train.jsonl").read_bytes()).hexdigest()
+
+    model, tokenizer = load_model(config.model, config.adapter)
+    mx.random.seed(config.seed)
+    adapter_config = (continue_adapter(model, config.adapter) if config.adapter
+                      else attach_adapter(model, AdapterSettings(full=config.full, rank=config.rank)))
+    adapter_config["model"] = config.model
+    trainer = SFTTrainer(model, tokenizer, OptimizerSettings(config.learning_rate, config.iters, config.warmup_steps))
+    train, valid = _tokenized(trainer, data, config)
+    if len(train) < config.batch_size:
+        raise UserError(f"train.jsonl has {len(train)} examples, fewer than --batch-size {config.batch_size}")
+    order = BatchOrder([len(t) for t, _ in train], config.batch_size, config.seed)
+
+    metrics = MetricsLog(out / "metrics.jsonl")
+    trajectory = config.trajectory(digest)
+    start = 0
+    if resume:
+        checkpoint = load_checkpoint(out, model, trainer.optimizer)
+        _check_same_trajectory(checkpoint.extra.get("config", {}), trajectory)
+        start = checkpoint.step
+        metrics.keep_until(start)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        metrics.path.unlink(missing_ok=True)
+    atomic_write_json(out / "run.json", {**asdict(config), "trajectory": trajectory})
+    games = GameEval(config.eval_games, config.seed) if config.eval_games else None
+
+    def measure(record: dict) -> dict:
+        if valid:
+            record["val_loss"] = round(trainer.loss(valid, config.batch_size), 5)
+        if games is not None:
+            record |= games(model, tokenizer)
+        return record
+
+    mx.reset_peak_memory()
+    if start == 0:
+        metrics.append(measure({"step": 0}))
+    _train(trainer, train, order, config, start, metrics, measure, out, adapter_config, trajectory, show_progress)
+
+    adapter_dir = save_adapter(out / "adapter", model, adapter_config)
+    fused = None
+    if fuse:
+        from sft.fuse import write_fused
+
+        prompts = [tokenizer.apply_chat_template(prompt_of(c), add_generation_prompt=True)
+                   for c in (data.valid or data.train)[:FUSE_PROMPTS]]
+        fused = {"path": str(out / "fused"), **asdict(write_fused(config.model, adapter_dir, out / "fused", prompts))}
+    return summarise(metrics.records(), out, adapter_dir, fused, time.perf_counter() - started)
+
+
+def _train(trainer: SFTTrainer, train, order: BatchOrder, config: SFTConfig, start: int, metrics: MetricsLog,
+           measure, out: Path, adapter_config: dict, trajectory: dict, show_progress: bool) -> None:
+    from solver.progress import progress_bar
+
+    progress = progress_bar("steps", disable=not show_progress)
+    with progress:
+        task = progress.add_task("sft", total=config.iters, completed=start)
+        for step in range(start, config.iters):
+            stats = trainer.train_step(collate([train[i] for i in order.indices(step)]))
+            record = {"step": stats.step, "loss": round(stats.loss, 5), "lr": stats.learning_rate,
+                      "grad_norm": round(stats.grad_norm, 4), "tokens": stats.tokens,
+                      "seconds": round(stats.seconds, 4), "tokens_per_s": round(stats.tokens_per_second, 1),
+                      "peak_memory_gb": round(mx.get_peak_memory() / 1e9, 3)}
+            if stats.step % config.eval_every == 0 or stats.step == config.iters:
+                progress.update(task, description="sft (validating)")
+                measure(record)
+            metrics.append(record)
+            if stats.step % config.save_every == 0 or stats.step == config.iters:
+                save_checkpoint(out, trainer.model, trainer.optimizer, stats.step, adapter_config,
+                                {"config": trajectory})
+            progress.update(task, advance=1,
+                            description=f"sft loss {stats.loss:.3f} {stats.tokens_per_second:,.0f} tok/s")
+
+
+def _tokenized(trainer: SFTTrainer, data: SFTData, config: SFTConfig):
+    train = trainer.tokenize(data.train)
+    check_lengths(train, config.max_seq_len, "train")
+    valid = trainer.tokenize(data.valid[:VAL_EXAMPLES])
+    check_lengths(valid, config.max_seq_len, "valid")
+    return train, valid
+
+
+def _check_run_folder(out: Path, resume: bool) -> None:
+    existing = latest_checkpoint(out)
+    if resume and existing is None:
+        raise UserError(f"--resume: {out} has no checkpoint to resume from")
+    if not resume and existing is not None:
+        raise UserError(f"{out} already holds a run ({existing.name}); add --resume to continue it "
+                        "or choose another --out")
+
+
+def _check_same_trajectory(saved: dict, now: dict) -> None:
+    for key, value in now.items():
+        if saved.get(key) != value:
+            raise UserError(f"--resume: {key} is {value!r} now but {saved.get(key)!r} in the checkpointed run")
+
+
+def summarise(records: list[dict], out: Path, adapter_dir: Path, fused: dict | None, seconds: float) -> dict:
+    """Final figures of the run (over all its steps, across resumes) for the table and --json."""
+    steps = [r for r in records if "loss" in r]
+    measured = [r for r in records if "val_loss" in r or "eval_win_rate" in r]
+    last = measured[-1] if measured else {}
+    tail = steps[-10:]
+    return {
+        "run": str(out),
+        "adapter": str(adapter_dir),
+        "steps": steps[-1]["step"] if steps else 0,
+        "first_train_loss": steps[0]["loss"] if steps else None,
+        "final_train_loss": round(statistics.fmean(r["loss"] for r in tail), 5) if tail else None,
+        "initial_val_loss": measured[0].get("val_loss") if measured else None,
+        "final_val_loss": last.get("val_loss"),
+        "tokens_per_s_median": statistics.median(r["tokens_per_s"] for r in steps) if steps else None,
+        "step_seconds_median": statistics.median(r["seconds"] for r in steps) if steps else None,
+        "peak_memory_gb": max((r["peak_memory_gb"] for r in steps), default=None),
+        "train_seconds": round(sum(r["seconds"] for r in steps), 2),
+        "seconds": round(seconds, 2),
+        "eval": {k: v for k, v in last.items() if k.startswith("eval_")},
+        "history": [{k: r.get(k) for k in ("step", "loss", "val_loss", "eval_format_valid_rate", "eval_win_rate")}
+                    for r in measured],
+        "fused": fused,
+    }

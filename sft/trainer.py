@@ -1,0 +1,167 @@
+"""The SFT training step, in one reusable class: `sft` and RL's filtered expert iteration share it.
+
+    trainer = SFTTrainer(model, tokenizer, OptimizerSettings(learning_rate=1e-4, total_steps=1000))
+    stats = trainer.train_on_messages(conversations, steps=50, batch_size=4, seed=7)
+    val = trainer.loss(trainer.tokenize(valid_conversations), batch_size=4)
+
+`model` is any mlx-lm model with its trainable parameters chosen (`sft.lora.attach_adapter`);
+conversations are chat message lists ending with the assistant's answer, and only the
+answer's tokens carry loss (mlx-lm's ChatDataset with mask_prompt and its
+`default_loss`). One step = masked cross-entropy, gradient clipping by global norm,
+Adam with linear warm-up then cosine decay (mlx-lm's `build_schedule`). The schedule
+reads the optimizer's own step counter, so restoring the optimizer state
+(`sft.checkpoint`) puts the learning rate back where it was.
+
+Batches come from `BatchOrder`: examples sorted by length and cut into batches (as
+mlx-lm's `iterate_batches` does, so padding stays small), the batch order shuffled per
+epoch from (seed, epoch). Unlike mlx-lm's generator, which draws from numpy's global
+RNG as it goes, batch k can be looked up directly, so a resumed run sees exactly the
+data the interrupted one would have.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import partial
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+from mlx_lm.tuner.trainer import default_loss
+from mlx_lm.tuner.utils import build_schedule
+
+from sft.data import Conversation, Tokenized, tokenize
+
+PAD_MULTIPLE = 32  # as mlx-lm: few distinct shapes, so few recompilations
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    learning_rate: float = 1e-4
+    total_steps: int = 1000  # where the cosine reaches its floor
+    warmup_steps: int = 0  # linear ramp from 0 to learning_rate
+    min_lr_ratio: float = 0.1  # the floor, as a fraction of learning_rate
+    grad_clip: float = 1.0  # global gradient norm
+
+
+@dataclass(frozen=True)
+class Batch:
+    inputs: mx.array  # (B, L) token ids, zero-padded; L = 1 + a multiple of 32
+    lengths: mx.array  # (B, 2): prompt length and total length of each row, as mlx-lm's default_loss reads
+    tokens: int  # real (unpadded) tokens in the batch
+
+
+@dataclass(frozen=True)
+class StepStats:
+    step: int  # optimizer steps done after this one
+    loss: float
+    learning_rate: float  # the rate this step used
+    grad_norm: float  # before clipping
+    tokens: int
+    seconds: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def make_optimizer(settings: OptimizerSettings) -> optim.Adam:
+    decay_steps = max(1, settings.total_steps - settings.warmup_steps)
+    schedule = build_schedule({
+        "name": "cosine_decay",
+        "arguments": [settings.learning_rate, decay_steps, settings.learning_rate * settings.min_lr_ratio],
+        "warmup": settings.warmup_steps,
+    })
+    return optim.Adam(learning_rate=schedule)
+
+
+def collate(examples: list[Tokenized]) -> Batch:
+    """Pad a list of tokenized examples into one batch (the shape mlx-lm's iterate_batches yields)."""
+    lengths = [len(tokens) for tokens, _ in examples]
+    width = 1 + PAD_MULTIPLE * ((max(lengths) + PAD_MULTIPLE - 1) // PAD_MULTIPLE)
+    inputs = np.zeros((len(examples), width), np.int32)
+    for row, (tokens, _) in enumerate(examples):
+        inputs[row, :len(tokens)] = tokens
+    spans = [(offset, length) for (_, offset), length in zip(examples, lengths)]
+    return Batch(mx.array(inputs), mx.array(spans), sum(lengths))
+
+
+class BatchOrder:
+    """Which examples form batch k: length-sorted groups, shuffled per epoch by (seed, epoch)."""
+
+    def __init__(self, lengths: list[int], batch_size: int, seed: int) -> None:
+        if len(lengths) < batch_size:
+            raise ValueError(f"{len(lengths)} examples cannot fill a batch of {batch_size}")
+        by_length = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+        self.groups = [by_length[i:i + batch_size] for i in range(0, len(by_length) - batch_size + 1, batch_size)]
+        self.seed = seed
+        self._epoch: tuple[int, np.ndarray] | None = None
+
+    def indices(self, step: int) -> list[int]:
+        epoch, position = divmod(step, len(self.groups))
+        if self._epoch is None or self._epoch[0] != epoch:
+            self._epoch = (epoch, np.random.default_rng([self.seed, epoch]).permutation(len(self.groups)))
+        return self.groups[self._epoch[1][position]]
+
+
+class SFTTrainer:
+    """Masked-CE training of a model's trainable parameters, one compiled step at a time."""
+
+    def __init__(self, model: nn.Module, tokenizer, settings: OptimizerSettings = OptimizerSettings()) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.settings = settings
+        self.optimizer = make_optimizer(settings)
+        self._step = self._compile_step()
+
+    @property
+    def steps_done(self) -> int:
+        return int(self.optimizer.step.item())
+
+    def tokenize(self, conversations: list[Conversation]) -> list[Tokenized]:
+        return tokenize(self.tokenizer, conversations)
+
+    def _compile_step(self):
+        model, optimizer, clip = self.model, self.optimizer, self.settings.grad_clip
+        loss_and_grad = nn.value_and_grad(model, default_loss)
+        state = [model.state, optimizer.state, mx.random.state]
+
+        @partial(mx.compile, inputs=state, outputs=state)
+        def step(inputs: mx.array, lengths: mx.array):
+            (loss, _), grads = loss_and_grad(model, inputs, lengths)
+            grads, norm = optim.clip_grad_norm(grads, clip)
+            optimizer.update(model, grads)
+            return loss, norm
+
+        return step
+
+    def train_step(self, batch: Batch) -> StepStats:
+        """One optimizer update on `batch`; blocks until it is computed."""
+        self.model.train()
+        start = time.perf_counter()
+        loss, norm = self._step(batch.inputs, batch.lengths)
+        mx.eval(loss, norm, self.model.state, self.optimizer.state)
+        seconds = time.perf_counter() - start
+        return StepStats(self.steps_done, loss.item(), self.optimizer.learning_rate.item(), norm.item(),
+                         batch.tokens, seconds)
+
+    def train_on_messages(self, conversations: list[Conversation], steps: int, batch_size: int,
+                          seed: int = 0) -> list[StepStats]:
+        """`steps` updates on batches of `conversations` (cycled, reshuffled each pass by `seed`)."""
+        examples = self.tokenize(conversations)
+        order = BatchOrder([len(t) for t, _ in examples], min(batch_size, len(examples)), seed)
+        return [self.train_step(collate([examples[i] for i in order.indices(k)])) for k in range(steps)]
+
+    def loss(self, examples: list[Tokenized], batch_size: int) -> float:
+        """Mean per-answer-token loss over `examples` (all of them, in order), without training."""
+        self.model.eval()
+        total, count = mx.array(0.0), mx.array(0)
+        for start in range(0, len(examples), batch_size):
+            batch = collate(examples[start:start + batch_size])
+            loss, tokens = default_loss(self.model, batch.inputs, batch.lengths)
+            total, count = total + loss * tokens, count + tokens
+            mx.eval(total, count)
+        self.model.train()
+        return (total / count).item()
