@@ -34,12 +34,14 @@ def cli() -> None:
 def _register() -> None:
     from eval.commands import eval_command
     from llm.commands import doctor
+    from sft.commands import sft
     from sft.gen_command import gen_sft
     from solver.commands import solve
 
     for command in (solve, eval_command, doctor):
         cli.add_command(command)
     cli.add_command(gen_sft)
+    cli.add_command(sft)
 
 
 _register()
