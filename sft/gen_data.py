@@ -194,8 +194,9 @@ def _pieces(text: str) -> list[str]:
 def length_stats(lengths: np.ndarray) -> dict:
     if len(lengths) == 0:
         return {"mean": 0.0, "median": 0.0, "p95": 0.0, "max": 0, "total": 0}
-    return {"mean": round(float(lengths.mean()), 1), "median": float(np.median(lengths)),
-            "p95": float(np.percentile(lengths, 95)), "max": int(lengths.max()), "total": int(lengths.sum())}
+    return {"mean": round(float(lengths.mean()), 1), "median": round(float(np.median(lengths)), 1),
+            "p95": round(float(np.percentile(lengths, 95)), 1), "max": int(lengths.max()),
+            "total": int(lengths.sum())}
 
 
 # -- writing ----------------------------------------------------------------------------
