@@ -1,0 +1,103 @@
+"""`rl` (train with GRPO and filtered expert iteration) and `report` (its curves)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from solver.errors import UserError
+from solver.options import json_option
+
+# Flags that override one config key each (None = not given, the config decides).
+OVERRIDES = {
+    "steps": "steps", "schedule": "schedule", "seed": "seed", "group_size": "rollout.group_size",
+    "games": "rollout.games_per_round", "max_tokens": "rollout.max_tokens", "temperature": "rollout.temperature",
+    "checkpoint_every": "checkpoint_every", "lr": "grpo.learning_rate", "kl_coef": "grpo.kl_coef",
+    "micro_batch": "grpo.micro_batch", "groups": "grpo.groups_per_step", "batch_size": "rollout.batch_size",
+}
+
+
+@click.command("rl")
+@click.option("--model", default="default", show_default=True,
+              help="mlx-lm model folder, Hugging Face id, or 'default' (SmolLM2-135M-Instruct, embedded).")
+@click.option("--adapter", type=click.Path(file_okay=False), default=None,
+              help="LoRA adapter to start from (an SFT run's RUN/adapter); default: a fresh LoRA adapter.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Run folder to write.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="JSON or YAML file with any of the settings (see rl/config.py); flags override it.")
+@click.option("--schedule", default=None, help='Phases in turn, e.g. "grpo:4,ei:1".')
+@click.option("--steps", type=int, default=None, help="Total steps (GRPO updates + expert-iteration rounds).")
+@click.option("--group-size", type=int, default=None, help="Answers sampled per position (G).")
+@click.option("--games", type=int, default=None, help="Fresh games per rollout round.")
+@click.option("--groups", type=int, default=None, help="Informative groups wanted per GRPO step.")
+@click.option("--max-tokens", type=int, default=None, help="Longest answer sampled.")
+@click.option("--temperature", type=float, default=None)
+@click.option("--batch-size", type=int, default=None, help="Sequences generated at once.")
+@click.option("--micro-batch", type=int, default=None, help="Answers per GRPO forward/backward pass.")
+@click.option("--lr", type=float, default=None, help="GRPO learning rate.")
+@click.option("--kl-coef", type=float, default=None, help="Weight of the KL to the adapter-free model.")
+@click.option("--checkpoint-every", type=int, default=None, help="Steps between checkpoints.")
+@click.option("--seed", type=int, default=None)
+@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint "
+                                             "(with its saved config; only --steps may change).")
+@click.option("--quiet", is_flag=True, help="No live view.")
+@json_option
+def rl_command(model, adapter, out, config_path, resume, quiet, json_path, **flags) -> None:
+    """Train a LoRA adapter with GRPO on whole games, alternating with filtered expert iteration."""
+    from rich.console import Console
+
+    from rl.config import build_config, load_config_file
+    from rl.loop import RunRequest, resume_config, run_rl
+    from solver.fileio import atomic_write_json
+
+    given = {name: value for name, value in flags.items() if value is not None}
+    overrides = {OVERRIDES[name]: value for name, value in given.items()}
+    out = Path(out)
+    if resume:
+        changed = sorted(f"--{name.replace('_', '-')}" for name in given if name != "steps")
+        if config_path or changed:
+            raise UserError(f"--resume continues with the run's saved config; only --steps may change "
+                            f"(got {', '.join(changed) or '--config'})")
+        config = resume_config(out, overrides.get("steps"))
+    else:
+        data = load_config_file(config_path) if config_path else {}
+        config = build_config(data, overrides, config_path or "options")
+    summary = run_rl(RunRequest(model, adapter, out, config, resume, not quiet))
+    Console().print(summary_table(summary))
+    if json_path:
+        atomic_write_json(json_path, summary)
+
+
+def summary_table(summary: dict):
+    from rich.table import Table
+
+    table = Table(title=f"RL run {summary['run']}")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, value in summary.items():
+        if value is None:
+            shown = "-"
+        elif isinstance(value, float):
+            shown = f"{value:.4g}"
+        else:
+            shown = str(value)
+        table.add_row(key.replace("_", " "), shown)
+    return table
+
+
+@click.command("report")
+@click.argument("run", type=click.Path(file_okay=False))
+@json_option
+@click.option("--png", type=click.Path(dir_okay=False), default=None,
+              help="Also draw the curves into this PNG (needs matplotlib).")
+def report_command(run, json_path, png) -> None:
+    """Curves of an RL run: cumulative wins, reward and win rate per step."""
+    from rl.report import show_report, write_png
+    from solver.fileio import atomic_write_json
+
+    series = show_report(run)
+    if png:
+        write_png(series, png)
+    if json_path:
+        atomic_write_json(json_path, {"run": str(run), "curves": series})

@@ -1,0 +1,159 @@
+"""The RL run's configuration: every knob, read from JSON or YAML and checked up front.
+
+A config file mirrors `RLConfig`: top-level run settings plus one section per part
+(`reward`, `rollout`, `grpo`, `ei`, `lora`). Any section or key may be left out (the
+defaults apply); an unknown key, a value of the wrong type or out of range, or a bad
+schedule string is a one-line `UserError` naming the key, before anything loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rl.expert_iteration import EISettings
+from rl.grpo import GrpoSettings
+from rl.reward import MAX_WEIGHT, RewardWeights
+from rl.rollout import CHOICES, RolloutSettings
+from rl.schedule import Schedule, parse_schedule
+from sft.lora import AdapterSettings
+from solver.errors import UserError
+
+SECRET_KINDS = ("answers", "allowed")
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    steps: int = 100
+    schedule: str = "grpo:4,ei:1"
+    seed: int = 0
+    checkpoint_every: int = 10
+    keep_checkpoints: int = 2
+    secrets: str = "answers"  # the list secrets come from (held-out words are always excluded)
+    reward: RewardWeights = field(default_factory=RewardWeights)
+    rollout: RolloutSettings = field(default_factory=RolloutSettings)
+    grpo: GrpoSettings = field(default_factory=GrpoSettings)
+    ei: EISettings = field(default_factory=EISettings)
+    lora: AdapterSettings = field(default_factory=AdapterSettings)  # a fresh adapter, when --adapter is not given
+
+    @property
+    def phases(self) -> Schedule:
+        return parse_schedule(self.schedule)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# Allowed ranges, inclusive; "(" marks an open lower end. Keys not listed only need the right type.
+_INF = math.inf
+RANGES: dict[str, tuple[float, float] | tuple[float, float, str]] = {
+    "steps": (1, 10_000_000), "seed": (0, 2**63 - 1), "checkpoint_every": (1, 10_000_000),
+    "keep_checkpoints": (1, 1000),
+    **{f"reward.{f.name}": (0.0, MAX_WEIGHT) for f in dataclasses.fields(RewardWeights)},
+    "rollout.group_size": (2, 256), "rollout.games_per_round": (1, 4096), "rollout.temperature": (0.0, 10.0, "("),
+    "rollout.top_p": (0.0, 1.0, "("), "rollout.max_tokens": (8, 4096), "rollout.batch_size": (1, 4096),
+    "rollout.max_history": (0, 5), "rollout.off_policy": (0.0, 1.0),
+    "grpo.learning_rate": (0.0, 1.0, "("), "grpo.clip_epsilon": (0.0, 1.0, "("), "grpo.kl_coef": (0.0, 100.0),
+    "grpo.micro_batch": (1, 4096), "grpo.max_grad_norm": (0.0, _INF, "("), "grpo.updates_per_batch": (1, 64),
+    "grpo.groups_per_step": (1, 100_000), "grpo.max_rollouts": (1, 1000),
+    "ei.states_per_step": (1, 100_000), "ei.samples": (1, 256), "ei.threshold": (-_INF, _INF),
+    "ei.keep_per_state": (1, 256), "ei.sft_steps": (1, 100_000), "ei.batch_size": (1, 4096),
+    "ei.learning_rate": (0.0, 1.0, "("),
+    "lora.rank": (1, 1024), "lora.scale": (0.0, 1000.0, "("), "lora.dropout": (0.0, 1.0),
+}
+CHOICE_KEYS = {"secrets": SECRET_KINDS, "rollout.choose": CHOICES}
+
+
+def load_config_file(path: str | Path) -> dict:
+    """The raw mapping in a .json, .yaml or .yml file."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"cannot read config {path}: {err.strerror or err}") from err
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        raise UserError(f"config {path} is not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: "
+                        f"{' '.join(str(err).split())[:200]}") from err
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"config {path} must hold a mapping of settings, got {type(data).__name__}")
+    return data
+
+
+def build_config(data: dict, overrides: dict | None = None, where: str = "config") -> RLConfig:
+    """An `RLConfig` from a (possibly partial) mapping, with `overrides` ({"grpo.kl_coef": 0.1}) on top."""
+    merged = _deep_copy(data)
+    for dotted, value in (overrides or {}).items():
+        node = merged
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    config = _build(RLConfig, merged, "", where)
+    if config.lora.full:
+        raise UserError(f"{where}: lora.full must be false: RL trains a LoRA adapter (its reference policy is "
+                        "the model with the adapter switched off)")
+    return config
+
+
+def _deep_copy(data: dict) -> dict:
+    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in data.items()}
+
+
+def _build(cls, data, prefix: str, where: str):
+    if not isinstance(data, dict):
+        raise UserError(f"{where}: {prefix.rstrip('.') or 'the config'} must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise UserError(f"{where}: unknown key {prefix}{unknown[0]} (known: {', '.join(sorted(known))})")
+    values = {}
+    for name in known & set(data):
+        kind, key = hints[name], prefix + name
+        if dataclasses.is_dataclass(kind):
+            values[name] = _build(kind, data[name], key + ".", where)
+        else:
+            values[name] = _check_value(key, data[name], kind, where)
+    config = cls(**values)
+    if cls is RLConfig:
+        config.phases  # noqa: B018 -- parses the schedule: a bad string fails here, with the others
+    return config
+
+
+def _check_value(key: str, value, kind, where: str):
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise UserError(f"{where}: {key} must be true or false, got {value!r}")
+        return value
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"{where}: {key} must be a whole number, got {value!r}")
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise UserError(f"{where}: {key} must be a number, got {value!r}")
+        value = float(value)
+    elif kind is str:
+        if not isinstance(value, str):
+            raise UserError(f"{where}: {key} must be a string, got {value!r}")
+        if key in CHOICE_KEYS and value not in CHOICE_KEYS[key]:
+            raise UserError(f"{where}: {key} must be one of {', '.join(CHOICE_KEYS[key])}, got {value!r}")
+        if key == "schedule":
+            parse_schedule(value)
+        return value
+    if key in RANGES:
+        low, high, *open_low = RANGES[key]
+        below = value <= low if open_low else value < low
+        if below or value > high:
+            lower = f"> {low}" if open_low else f">= {low}"
+            raise UserError(f"{where}: {key} must be {lower} and <= {high}, got {value!r}")
+    return value

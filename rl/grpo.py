@@ -1,0 +1,308 @@
+"""GRPO: group-relative advantages, a clipped importance ratio and a KL leash.
+
+Each group holds the answers sampled at one position. An answer's advantage is its
+reward minus the group mean (optionally over the group std); the loss is PPO's
+clipped surrogate per answer token plus `kl_coef` times the k3 KL estimate to the
+reference policy, averaged over all answer tokens of the batch (token-level).
+
+The reference policy is the same model with its LoRA adapter switched off (scale 0),
+so no second copy of the weights exists. Log-probs are computed in micro-batches of
+at most `micro_batch` answers that attend to their group's prompt keys and values
+(computed once per group, see `GrpoLearner`), so neither prompt work nor peak memory
+grows with the group size. Groups whose rewards tie carry no signal and never reach
+this step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+from mlx.utils import tree_map
+from mlx_lm.models.cache import create_attention_mask
+from mlx_lm.tuner.lora import LoRAEmbedding, LoRALinear, LoRASwitchLinear
+
+from llm.generation import Completion
+from rl.rollout import Group, Rollout
+from solver.errors import UserError
+
+_LORA_TYPES = (LoRALinear, LoRASwitchLinear, LoRAEmbedding)
+
+
+@dataclass(frozen=True)
+class GrpoSettings:
+    learning_rate: float = 1e-5
+    clip_epsilon: float = 0.2
+    kl_coef: float = 0.04
+    normalize_std: bool = True
+    micro_batch: int = 4  # answers per forward/backward pass
+    max_grad_norm: float = 1.0
+    updates_per_batch: int = 1  # optimizer steps on one batch of groups (>1 makes the ratio clip bite)
+    groups_per_step: int = 8  # informative groups wanted per step
+    max_rollouts: int = 4  # rounds of fresh games tried to find them
+
+
+def group_advantages(rewards: np.ndarray, normalize_std: bool, eps: float = 1e-6) -> np.ndarray:
+    """Reward minus the group mean, optionally divided by the group (population) std."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    centred = rewards - rewards.mean()
+    if normalize_std:
+        centred = centred / (rewards.std() + eps)
+    return centred
+
+
+def informative_groups(groups: list[Group]) -> list[Group]:
+    """Groups whose rewards differ; a tied group has zero advantage everywhere."""
+    return [g for g in groups if not g.rewards.tied]
+
+
+def collect_groups(play_round, wanted: int, max_rounds: int) -> tuple[Rollout, list[Group]]:
+    """Play fresh rounds of games until `wanted` informative groups exist (at most `max_rounds`).
+
+    `play_round()` plays one round of games and returns its Rollout. Returns every
+    game and group played, and the informative groups.
+    """
+    rollout = Rollout()
+    kept: list[Group] = []
+    for _ in range(max_rounds):
+        played = play_round()
+        rollout.extend(played)
+        kept.extend(informative_groups(played.groups))
+        if len(kept) >= wanted:
+            break
+    return rollout, kept
+
+
+def answer_tokens(completion: Completion, eos_token_id: int) -> list[int]:
+    """The tokens the model produced, with the end-of-sequence token when it stopped on one.
+
+    The generator leaves eos out of `tokens`; an answer that ended by eos (say, an
+    empty one) must still be trainable, or stalling would cost the model nothing.
+    """
+    tokens = list(completion.tokens)
+    if completion.finish_reason == "stop" and not completion.text.endswith("</guess>"):
+        tokens.append(eos_token_id)
+    return tokens
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    answers: mx.array  # (B, A): answer tokens, zero-padded
+    mask: mx.array  # (B, A): 1 on real answer tokens
+    advantages: mx.array  # (B,)
+
+
+@dataclass(frozen=True)
+class GroupBatch:
+    """One group ready for the model: its prompt and its answers in micro-batches."""
+
+    prompt: mx.array  # (P,)
+    chunks: list[MicroBatch]
+
+
+def group_batches(groups: list[Group], advantages: list[np.ndarray], eos_token_id: int,
+                  size: int) -> list[GroupBatch]:
+    """Each group's answers in chunks of at most `size`."""
+    batches = []
+    for group, adv in zip(groups, advantages):
+        answers = [answer_tokens(c, eos_token_id) for c in group.completions]
+        chunks = []
+        for start in range(0, len(answers), size):
+            part = answers[start:start + size]
+            width = max(1, max(len(a) for a in part))
+            tokens = np.zeros((len(part), width), dtype=np.int32)
+            mask = np.zeros((len(part), width), dtype=np.float32)
+            for row, answer in enumerate(part):
+                tokens[row, :len(answer)] = answer
+                mask[row, :len(answer)] = 1.0
+            chunks.append(MicroBatch(mx.array(tokens), mx.array(mask),
+                                     mx.array(adv[start:start + size].astype(np.float32))))
+        batches.append(GroupBatch(mx.array(np.asarray(group.prompt, dtype=np.int32)), chunks))
+    return batches
+
+
+class SharedPrompt:
+    """A differentiable KV cache: a prompt's keys and values, broadcast to a batch of answers.
+
+    Unlike mlx-lm's caches it writes nothing in place, so gradients flow through the
+    prompt's keys and values into the weights that made them.
+    """
+
+    def __init__(self, keys: mx.array | None = None, values: mx.array | None = None) -> None:
+        self.keys, self.values = keys, values
+        self.offset = 0 if keys is None else keys.shape[2]
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        if self.keys is not None:
+            batch = keys.shape[0]
+            keys = mx.concatenate([mx.broadcast_to(self.keys, (batch, *self.keys.shape[1:])), keys], axis=2)
+            values = mx.concatenate([mx.broadcast_to(self.values, (batch, *self.values.shape[1:])), values], axis=2)
+        self.keys, self.values = keys, values
+        self.offset = keys.shape[2]
+        return keys, values
+
+    def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None):
+        return create_attention_mask(n, offset=self.offset, return_array=return_array, window_size=window_size)
+
+
+KV = list[tuple[mx.array, mx.array]]
+
+
+def prompt_kv(model: nn.Module, prompt: mx.array) -> KV:
+    """Every layer's keys and values for all but the last prompt token (batch 1).
+
+    The logits of this pass are never evaluated, so the output head skips the prompt.
+    """
+    cache = [SharedPrompt() for _ in model.layers]
+    model(prompt[None, :-1], cache=cache)
+    return [(c.keys, c.values) for c in cache]
+
+
+def answer_logprobs(model: nn.Module, kv: KV, prompt: mx.array, answers: mx.array, temperature: float) -> mx.array:
+    """(B, A) log-probs at `temperature` of each answer token, the answers attending to the prompt's `kv`."""
+    first = mx.broadcast_to(prompt[-1:], (answers.shape[0], 1))
+    inputs = mx.concatenate([first, answers[:, :-1]], axis=1)
+    logits = model(inputs, cache=[SharedPrompt(k, v) for k, v in kv])
+    return -nn.losses.cross_entropy(logits.astype(mx.float32) / temperature, answers)
+
+
+def check_shared_prompt(model: nn.Module) -> None:
+    """Refuse models whose layers do not reproduce a plain forward pass through `SharedPrompt`."""
+    prompt, answers = mx.array([1, 5, 9, 3]), mx.array([[7, 2], [4, 4]])
+    try:
+        shared = answer_logprobs(model, prompt_kv(model, prompt), prompt, answers, 1.0)
+    except (TypeError, ValueError, AttributeError) as err:
+        raise UserError(f"rl supports attention models whose layers take a key/value cache: {err}") from err
+    whole = model(mx.concatenate([mx.broadcast_to(prompt[None], (2, 4)), answers[:, :-1]], axis=1))[:, 3:]
+    if not mx.allclose(shared, -nn.losses.cross_entropy(whole.astype(mx.float32), answers), atol=1e-4).item():
+        raise UserError("rl does not support this model: a shared prompt cache changes its outputs")
+
+
+@contextlib.contextmanager
+def adapter_disabled(model: nn.Module):
+    """The reference policy: every LoRA layer's scale set to 0 for the duration."""
+    layers = [m for _, m in model.named_modules() if isinstance(m, _LORA_TYPES)]
+    if not layers:
+        raise ValueError("the model has no LoRA layers: there is no adapter to switch off")
+    scales = [m.scale for m in layers]
+    try:
+        for m in layers:
+            m.scale = 0.0
+        yield
+    finally:
+        for m, scale in zip(layers, scales):
+            m.scale = scale
+
+
+def chunk_loss(params, kv: KV, model: nn.Module, prompt: mx.array, batch: MicroBatch, old: mx.array | None,
+               ref: mx.array | None, settings: GrpoSettings, temperature: float, n_tokens: int):
+    """(this micro-batch's share of the loss, (log-probs, KL sum, clipped-token count)).
+
+    Differentiable in `params` (the trainable weights) and in the prompt's `kv`.
+    """
+    model.update(params)
+    logp = answer_logprobs(model, kv, prompt, batch.answers, temperature)
+    old = mx.stop_gradient(logp) if old is None else old
+    ratio = mx.exp(logp - old)
+    adv = batch.advantages[:, None]
+    clipped = mx.clip(ratio, 1.0 - settings.clip_epsilon, 1.0 + settings.clip_epsilon)
+    per_token = -mx.minimum(ratio * adv, clipped * adv)
+    kl = mx.zeros_like(logp)
+    if ref is not None:
+        delta = ref - logp
+        kl = mx.exp(delta) - delta - 1.0
+        per_token = per_token + settings.kl_coef * kl
+    mask = batch.mask
+    loss = (per_token * mask).sum() / n_tokens
+    clip_count = ((mx.abs(ratio - 1.0) > settings.clip_epsilon) * mask).sum()
+    return loss, (mx.stop_gradient(logp), (kl * mask).sum(), clip_count)
+
+
+def prompt_pullback(params, model: nn.Module, prompt: mx.array, kv_grad: KV) -> mx.array:
+    """<prompt_kv(params), kv_grad>: its gradient carries the answers' gradient back through the prompt."""
+    model.update(params)
+    kv = prompt_kv(model, prompt)
+    return sum((k * gk).sum() + (v * gv).sum() for (k, v), (gk, gv) in zip(kv, kv_grad))
+
+
+def _add(a, b):
+    return b if a is None else tree_map(mx.add, a, b)
+
+
+class GrpoLearner:
+    """Owns the GRPO optimizer and turns batches of informative groups into updates.
+
+    Per group the prompt runs forward once (no graph kept); each micro-batch of
+    answers then gives gradients for the weights and for the prompt's keys/values;
+    one backward pass through the prompt adds the latter's share. The result is the
+    exact gradient of whole-sequence log-probs, with prompt work independent of the
+    group size and peak memory set by one micro-batch.
+    """
+
+    def __init__(self, model: nn.Module, settings: GrpoSettings, temperature: float, eos_token_id: int) -> None:
+        check_shared_prompt(model)
+        self.model = model
+        self.settings = settings
+        self.temperature = temperature
+        self.eos_token_id = eos_token_id
+        self.optimizer = optim.Adam(learning_rate=settings.learning_rate)
+        self._chunk_grad = mx.value_and_grad(chunk_loss, argnums=(0, 1))
+        self._prompt_grad = mx.grad(prompt_pullback)
+
+    def reference_logprobs(self, batches: list[GroupBatch]) -> list[list[mx.array]]:
+        with adapter_disabled(self.model):
+            refs = []
+            for gb in batches:
+                kv = prompt_kv(self.model, gb.prompt)
+                refs.append([answer_logprobs(self.model, kv, gb.prompt, c.answers, self.temperature)
+                             for c in gb.chunks])
+                mx.eval(refs[-1])
+        return refs
+
+    def update(self, groups: list[Group]) -> dict[str, float]:
+        """`updates_per_batch` optimizer steps on `groups`; returns the step's loss figures.
+
+        A non-finite loss or gradient skips that update (the weights stay as they were)
+        and is counted in `nonfinite_skipped`.
+        """
+        model, settings = self.model, self.settings
+        advantages = [group_advantages(g.rewards.total, settings.normalize_std) for g in groups]
+        batches = group_batches(groups, advantages, self.eos_token_id, settings.micro_batch)
+        n_tokens = max(1, int(sum(c.mask.sum().item() for gb in batches for c in gb.chunks)))
+        refs = self.reference_logprobs(batches) if settings.kl_coef > 0 else None
+        olds: dict[tuple[int, int], mx.array] = {}
+        figures = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0, "nonfinite_skipped": 0}
+        for update in range(settings.updates_per_batch):
+            grads, loss, kl_sum, clip_sum = None, 0.0, 0.0, 0.0
+            for g, gb in enumerate(batches):
+                params = model.trainable_parameters()
+                kv = prompt_kv(model, gb.prompt)
+                mx.eval(kv)
+                kv_grad = None
+                for c, chunk in enumerate(gb.chunks):
+                    ref = refs[g][c] if refs is not None else None
+                    (part, (logp, kl, clip)), (param_grad, chunk_kv_grad) = self._chunk_grad(
+                        params, kv, model, gb.prompt, chunk, olds.get((g, c)), ref, settings, self.temperature,
+                        n_tokens)
+                    grads, kv_grad = _add(grads, param_grad), _add(kv_grad, chunk_kv_grad)
+                    mx.eval(part, logp, kl, clip, grads, kv_grad)
+                    if update == 0:
+                        olds[(g, c)] = logp  # the sampling policy: later updates measure their ratio against it
+                    loss, kl_sum, clip_sum = loss + part.item(), kl_sum + kl.item(), clip_sum + clip.item()
+                grads = _add(grads, self._prompt_grad(params, model, gb.prompt, kv_grad))
+                mx.eval(grads)
+            grads, norm = optim.clip_grad_norm(grads, settings.max_grad_norm)
+            norm = norm.item()
+            if math.isfinite(loss) and math.isfinite(norm):
+                self.optimizer.update(model, grads)
+                mx.eval(model.parameters(), self.optimizer.state)
+            else:
+                figures["nonfinite_skipped"] += 1
+            figures.update(loss=loss, kl=kl_sum / n_tokens, clip_fraction=clip_sum / n_tokens, grad_norm=norm)
+        figures["trained_tokens"] = n_tokens
+        return figures

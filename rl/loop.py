@@ -1,0 +1,179 @@
+"""One RL run: GRPO and filtered expert iteration alternating by the schedule.
+
+A step is one GRPO update (on groups from freshly played whole games, tied groups
+dropped and replaced) or one expert-iteration round. Every step appends a line to
+RUN/metrics.jsonl; every `checkpoint_every` steps a checkpoint (sft/checkpoint.py)
+keeps the adapter, both phases' optimizer states, mlx's key, the numpy generator
+that draws secrets and start states, and the schedule position, so `--resume`
+replays exactly what the interrupted run would have done. RUN/adapter is the final
+adapter, loadable with `--adapter` anywhere.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from eval.splits import trainable
+from rl.config import RLConfig, build_config, load_config_file
+from rl.expert_iteration import ExpertIteration
+from rl.grpo import GrpoLearner, collect_groups
+from rl.reward import RewardScorer
+from rl.rollout import play
+from sft.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from sft.lora import attach_adapter, continue_adapter, save_adapter
+from sft.run import MetricsLog
+from sft.states import sample_start_states
+from solver.errors import UserError
+from solver.fileio import atomic_write_json
+
+CONFIG_FILE = "config.json"
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    model: str
+    adapter: str | None
+    out: Path
+    config: RLConfig
+    resume: bool = False
+    show_progress: bool = True
+
+
+class PhaseOptimizers:
+    """GRPO's and expert iteration's optimizers seen as one state tree, for one checkpoint."""
+
+    def __init__(self, grpo, ei) -> None:
+        self.grpo, self.ei = grpo, ei
+
+    @property
+    def state(self) -> dict:
+        return {"grpo": self.grpo.state, "ei": self.ei.state}
+
+    def init(self, parameters) -> None:
+        self.grpo.init(parameters)
+        self.ei.init(parameters)
+
+
+def resume_config(out: Path, steps: int | None) -> RLConfig:
+    """The configuration a run started with (only `steps` may change, to run longer)."""
+    if latest_checkpoint(out) is None:
+        raise UserError(f"--resume: {out} has no checkpoint to resume from")
+    path = out / CONFIG_FILE
+    if not path.is_file():
+        raise UserError(f"--resume: {out} has no {CONFIG_FILE}; is it an RL run folder?")
+    return build_config(load_config_file(path), {"steps": steps} if steps is not None else None, str(path))
+
+
+def run_rl(request: RunRequest) -> dict:
+    from llm.loading import load_model
+    from rl.report import LiveView
+    from solver.setup import load_setup
+
+    config, out = request.config, request.out
+    _check_run_folder(out, request.resume)
+    setup = load_setup(config.secrets)
+    secrets = trainable(setup.lists.secrets(config.secrets))  # eval's held-out secrets never train
+    model, tokenizer = load_model(request.model, request.adapter)
+    mx.random.seed(config.seed)
+    adapter_config = continue_adapter(model, request.adapter) if request.adapter else attach_adapter(model, config.lora)
+    if adapter_config.get("fine_tune_type", "lora") != "lora":
+        raise UserError(f"--adapter {request.adapter} is a {adapter_config['fine_tune_type']} fine-tune; RL needs a "
+                        "LoRA adapter (its reference policy is the model with the adapter switched off)")
+    adapter_config["model"] = request.model
+
+    solver = setup.solver()
+    scorer = RewardScorer(setup, config.reward)
+    grpo = GrpoLearner(model, config.grpo, config.rollout.temperature, tokenizer.eos_token_id)
+    ei = ExpertIteration(model, tokenizer, scorer, solver, config.ei, config.rollout)
+    optimizers = PhaseOptimizers(grpo.optimizer, ei.trainer.optimizer)
+    optimizers.init(model.trainable_parameters())
+    rng = np.random.default_rng(config.seed)
+    schedule = config.phases
+    metrics = MetricsLog(out / "metrics.jsonl")
+    start = 0
+    if request.resume:
+        checkpoint = load_checkpoint(out, model, optimizers)
+        start = checkpoint.step
+        rng.bit_generator.state = checkpoint.extra["rng"]
+        metrics.keep_until(start)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        metrics.path.unlink(missing_ok=True)
+        atomic_write_json(out / CONFIG_FILE, config.to_json())
+
+    def starts(n: int):
+        return sample_start_states(setup, solver, secrets, n, rng, config.rollout.max_history,
+                                   config.rollout.off_policy)
+
+    def grpo_step() -> dict:
+        rollout_start = time.perf_counter()
+        rollout, kept = collect_groups(
+            lambda: play(model, tokenizer, scorer, starts(config.rollout.games_per_round), config.rollout, rng),
+            config.grpo.groups_per_step, config.grpo.max_rollouts)
+        rollout_seconds = time.perf_counter() - rollout_start
+        figures = grpo.update(kept) if kept else {"skipped": "no informative group"}
+        stats = rollout.stats()
+        return {**stats, **figures, "groups": len(rollout.groups), "informative_groups": len(kept),
+                "dropped_fraction": 1.0 - len(kept) / len(rollout.groups),
+                "gen_tokens_per_s": stats["answer_tokens"] / rollout_seconds,
+                "secrets": sorted({g.secret for g in rollout.games})}
+
+    def ei_step() -> dict:
+        chosen = starts(config.ei.states_per_step)
+        return {**ei.step(chosen, seed=int(rng.integers(2**31))), "secrets": sorted({s.secret for s in chosen})}
+
+    with LiveView(config.steps, start, request.show_progress) as view:
+        for step in range(start, config.steps):
+            phase = schedule.phase(step)
+            mx.reset_peak_memory()
+            began = time.perf_counter()
+            record = grpo_step() if phase == "grpo" else ei_step()
+            seconds = time.perf_counter() - began
+            record = {"step": step + 1, "phase": phase, **record, "seconds": seconds,
+                      "tokens_per_s": (record["answer_tokens"] + record.get("trained_tokens", 0)) / seconds,
+                      "peak_memory_gb": mx.get_peak_memory() / 1e9}
+            metrics.append(record)
+            if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
+                save_checkpoint(out, model, optimizers, step + 1, adapter_config,
+                                {"rng": rng.bit_generator.state, "schedule": str(schedule),
+                                 "schedule_position": schedule.position(step + 1)}, keep=config.keep_checkpoints)
+            view.update(record)
+    adapter_dir = save_adapter(out / "adapter", model, adapter_config)
+    return summarise(metrics.records(), out, adapter_dir)
+
+
+def _check_run_folder(out: Path, resume: bool) -> None:
+    existing = latest_checkpoint(out)
+    if resume and existing is None:
+        raise UserError(f"--resume: {out} has no checkpoint to resume from")
+    if not resume and (existing is not None or (out / CONFIG_FILE).exists()):
+        raise UserError(f"{out} already holds an RL run; add --resume to continue it or choose another --out")
+
+
+def summarise(records: list[dict], out: Path, adapter_dir: Path) -> dict:
+    """Figures over the whole run (across resumes), for the final table and --json."""
+    grpo = [r for r in records if r["phase"] == "grpo"]
+    games = sum(r["games"] for r in grpo)
+    wins = sum(r["wins"] for r in grpo)
+
+    def median(key: str, rows: list[dict]):
+        values = [r[key] for r in rows if r.get(key) is not None]
+        return statistics.median(values) if values else None
+
+    return {
+        "run": str(out), "adapter": str(adapter_dir), "steps": records[-1]["step"] if records else 0,
+        "grpo_steps": len(grpo), "ei_steps": len(records) - len(grpo),
+        "games": games, "wins": wins, "win_rate": wins / games if games else None,
+        "last_reward_mean": records[-1].get("reward_mean") if records else None,
+        "mean_dropped_fraction": statistics.fmean(r["dropped_fraction"] for r in grpo) if grpo else None,
+        "grpo_step_seconds_median": median("seconds", grpo),
+        "ei_step_seconds_median": median("seconds", [r for r in records if r["phase"] == "ei"]),
+        "peak_memory_gb": max((r["peak_memory_gb"] for r in records), default=None),
+        "nonfinite_skipped": sum(r.get("nonfinite_skipped", 0) for r in records),
+    }

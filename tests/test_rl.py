@@ -1,0 +1,436 @@
+"""RL on the tiny model: advantage maths, group dropping, GRPO and expert-iteration updates,
+the reference policy, NaN guards, the schedule and config checks, and whole runs that
+resume exactly after a kill -9 in the middle of a checkpoint save.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+from llm_fixtures import tiny_model_dir  # noqa: F401  (fixture)
+from mlx.utils import tree_flatten, tree_map
+
+from cli import cli
+from eval.splits import is_held_out
+from llm.format import format_answer, prompt_tokens
+from llm.generation import Completion
+from llm.loading import load_model
+from rl.config import RLConfig, build_config, load_config_file
+from rl.expert_iteration import EISettings, ExpertIteration, passing_answers
+from rl.grpo import (GrpoLearner, GrpoSettings, adapter_disabled, answer_logprobs, collect_groups,
+                     group_advantages, group_batches, prompt_kv)
+from rl.loop import PhaseOptimizers, RunRequest, run_rl
+from rl.report import curves, sparkline
+from rl.reward import RewardScorer
+from rl.rollout import Group, Rollout, RolloutSettings, play
+from rl.schedule import parse_schedule
+from sft.checkpoint import latest_checkpoint, load_checkpoint
+from sft.lora import AdapterSettings, attach_adapter, trainable_weights
+from sft.states import sample_start_states
+from solver.errors import UserError
+from solver.feedback import feedback
+from solver.setup import load_setup
+
+REPO = Path(__file__).resolve().parent.parent
+TIMING = {"seconds", "tokens_per_s", "gen_tokens_per_s", "peak_memory_gb"}
+# A run small enough for the tiny model on 2 cores: EI first, so the GRPO rollouts that
+# follow depend on weights a resume must have restored.
+TINY_RUN = {
+    "steps": 3, "schedule": "ei:1,grpo:1", "checkpoint_every": 1, "seed": 3,
+    "rollout": {"group_size": 2, "games_per_round": 1, "max_tokens": 10, "batch_size": 8, "max_history": 2},
+    "grpo": {"groups_per_step": 1, "max_rollouts": 2, "micro_batch": 2},
+    "ei": {"states_per_step": 2, "samples": 2, "sft_steps": 1, "batch_size": 2, "learning_rate": 1e-3},
+    "lora": {"rank": 2},
+}
+
+
+def run_cli(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return load_setup("answers")
+
+
+@pytest.fixture(scope="module")
+def scorer(setup):
+    return RewardScorer(setup)
+
+
+@pytest.fixture
+def lora_model(tiny_model_dir):  # noqa: F811
+    model, tokenizer = load_model(str(tiny_model_dir))
+    mx.random.seed(0)
+    attach_adapter(model, AdapterSettings(rank=4))
+    # LoRA's B starts at zero; nudge it so the adapter changes the outputs from the start.
+    model.update(tree_map(lambda p: p + 0.005, model.trainable_parameters()))
+    return model, tokenizer
+
+
+def hand_made_group(tokenizer, scorer, setup, texts: list[str], secret: str = "bunny") -> Group:
+    """A group as a rollout would make it, from answers written by hand (real tokens, real rewards)."""
+    state = setup.start.play("salet", feedback("salet", secret))
+    completions = [Completion(t, tuple(tokenizer.encode(t, add_special_tokens=False)), "stop") for t in texts]
+    return Group(state, secret, prompt_tokens(tokenizer, state), completions, scorer.score(texts, state, secret))
+
+
+GOOD, BAD = format_answer("fits", "bunny"), "<guess>zzzzz</guess> oops"
+MIXED = [GOOD, BAD, format_answer("x", "qqqqq"), format_answer("hmm", "corny")]
+
+
+def weights_of(model) -> dict[str, np.ndarray]:
+    return {k: np.array(v) for k, v in trainable_weights(model).items()}
+
+
+# ---- advantages and group dropping -------------------------------------------------------
+
+def test_group_advantages_on_hand_made_groups():
+    np.testing.assert_allclose(group_advantages(np.array([1.0, 2.0, 3.0]), False), [-1, 0, 1])
+    np.testing.assert_allclose(group_advantages(np.array([1.0, 2.0, 3.0]), True),
+                               np.array([-1, 0, 1]) / (math.sqrt(2 / 3) + 1e-6))
+    np.testing.assert_allclose(group_advantages(np.array([0.0, 0.0, 4.0, 0.0]), False), [-1, -1, 3, -1])
+    assert not group_advantages(np.array([2.5, 2.5]), True).any()  # a tie: nothing to learn
+
+
+def test_tied_groups_are_dropped_and_replaced(tiny_model_dir, setup, scorer):  # noqa: F811
+    _, tokenizer = load_model(str(tiny_model_dir))
+    tied = hand_made_group(tokenizer, scorer, setup, ["junk", "more junk"])
+    signal = hand_made_group(tokenizer, scorer, setup, [GOOD, BAD])
+    rounds = iter([Rollout([tied, tied]), Rollout([tied, signal]), Rollout([signal])])
+    rollout, kept = collect_groups(lambda: next(rounds), wanted=1, max_rounds=5)
+    assert kept == [signal] and len(rollout.groups) == 4  # stopped after the round that filled the batch
+    rollout, kept = collect_groups(lambda: Rollout([tied]), wanted=2, max_rounds=3)
+    assert kept == [] and len(rollout.groups) == 3  # bounded attempts, then give up
+
+
+# ---- GRPO ---------------------------------------------------------------------------------
+
+def test_shared_prompt_gradient_equals_whole_sequence_gradient(lora_model, setup, scorer):
+    model, tokenizer = lora_model
+    group = hand_made_group(tokenizer, scorer, setup, MIXED)
+    settings = GrpoSettings(kl_coef=0.0, micro_batch=3)
+    learner = GrpoLearner(model, settings, 0.7, tokenizer.eos_token_id)
+    batch = group_batches([group], [group_advantages(group.rewards.total, True)], tokenizer.eos_token_id, 3)[0]
+    n = int(sum(c.mask.sum().item() for c in batch.chunks))
+    prompt_len = batch.prompt.shape[0]
+
+    def whole(m):
+        total = 0.0
+        for chunk in batch.chunks:
+            rows = chunk.answers.shape[0]
+            tokens = mx.concatenate([mx.broadcast_to(batch.prompt[None], (rows, prompt_len)), chunk.answers], axis=1)
+            logp = -nn.losses.cross_entropy(m(tokens[:, :-1])[:, prompt_len - 1:] / 0.7, chunk.answers)
+            total = total - (logp * chunk.advantages[:, None] * chunk.mask).sum() / n
+        return total
+
+    _, expected = nn.value_and_grad(model, whole)(model)
+    params, kv = model.trainable_parameters(), prompt_kv(model, batch.prompt)
+    grads, kv_grad = None, None
+    for chunk in batch.chunks:
+        _, (g, gk) = learner._chunk_grad(params, kv, model, batch.prompt, chunk, None, None, settings, 0.7, n)
+        grads = g if grads is None else tree_map(mx.add, grads, g)
+        kv_grad = gk if kv_grad is None else tree_map(mx.add, kv_grad, gk)
+    grads = tree_map(mx.add, grads, learner._prompt_grad(params, model, batch.prompt, kv_grad))
+    got, want = dict(tree_flatten(grads)), dict(tree_flatten(expected))
+    scale = max(float(mx.abs(v).max()) for v in want.values())
+    assert scale > 0
+    assert max(float(mx.abs(got[k] - want[k]).max()) for k in want) < 1e-4 * scale
+
+
+def test_grpo_updates_change_the_adapter_towards_the_better_answer(lora_model, setup, scorer):
+    model, tokenizer = lora_model
+    group = hand_made_group(tokenizer, scorer, setup, MIXED)
+    assert group.rewards.total[0] > group.rewards.total[2] > group.rewards.total[1]
+    learner = GrpoLearner(model, GrpoSettings(learning_rate=1e-3, kl_coef=0.0, micro_batch=2), 1.0,
+                          tokenizer.eos_token_id)
+    batch = group_batches([group], [np.zeros(4)], tokenizer.eos_token_id, 4)[0]
+
+    def logprob_gap() -> float:
+        logp = (answer_logprobs(model, prompt_kv(model, batch.prompt), batch.prompt, batch.chunks[0].answers, 1.0)
+                * batch.chunks[0].mask).sum(axis=1)
+        return (logp[0] - logp[1]).item()  # best answer minus worst
+
+    before, gap_before = weights_of(model), logprob_gap()
+    figures = [learner.update([group]) for _ in range(3)]
+    after = weights_of(model)
+    assert all(math.isfinite(f["loss"]) and f["nonfinite_skipped"] == 0 for f in figures)
+    assert any(not np.array_equal(before[k], after[k]) for k in before)
+    assert logprob_gap() > gap_before + 20.0
+    with_kl = GrpoLearner(model, GrpoSettings(learning_rate=1e-3, kl_coef=0.1), 1.0, tokenizer.eos_token_id)
+    figures = with_kl.update([group])
+    assert figures["kl"] > 0 and math.isfinite(figures["loss"])  # the adapter has moved off the reference
+
+
+def test_second_update_on_a_batch_is_clipped(lora_model, setup, scorer):
+    model, tokenizer = lora_model
+    group = hand_made_group(tokenizer, scorer, setup, MIXED)
+    learner = GrpoLearner(model, GrpoSettings(learning_rate=5e-2, kl_coef=0.0, clip_epsilon=0.1,
+                                              updates_per_batch=2), 1.0, tokenizer.eos_token_id)
+    figures = learner.update([group])
+    assert figures["clip_fraction"] > 0  # the second pass saw ratios outside 1 +- 0.1
+
+
+def test_reference_policy_is_the_model_without_its_adapter(lora_model, tiny_model_dir):  # noqa: F811
+    model, _ = lora_model
+    base, _ = load_model(str(tiny_model_dir))
+    tokens = mx.array([[1, 40, 50, 60, 70, 80]])
+    with adapter_disabled(model):
+        np.testing.assert_allclose(np.array(model(tokens)), np.array(base(tokens)), atol=1e-5)
+    assert not np.allclose(np.array(model(tokens)), np.array(base(tokens)), atol=1e-3)  # scale restored
+
+
+def test_nonfinite_loss_skips_the_update(lora_model, setup, scorer):
+    model, tokenizer = lora_model
+    learner = GrpoLearner(model, GrpoSettings(kl_coef=0.0), 1.0, tokenizer.eos_token_id)
+    name, value = next(iter(trainable_weights(model).items()))
+    model.load_weights([(name, mx.full(value.shape, float("nan")))], strict=False)
+    before = weights_of(model)
+    figures = learner.update([hand_made_group(tokenizer, scorer, setup, MIXED)])
+    assert figures["nonfinite_skipped"] == 1 and not math.isfinite(figures["loss"])
+    after = weights_of(model)
+    assert all(np.array_equal(before[k], after[k], equal_nan=True) for k in before)
+
+
+# ---- rollouts and expert iteration ---------------------------------------------------------
+
+def test_rollouts_play_whole_games_with_a_group_at_every_position(lora_model, setup, scorer):
+    model, tokenizer = lora_model
+    rng = np.random.default_rng(1)
+    starts = sample_start_states(setup, setup.solver(), ["bunny", "crane"], 2, rng, max_history=2)
+    settings = RolloutSettings(group_size=3, max_tokens=8, batch_size=8)
+    mx.random.seed(1)
+    rollout = play(model, tokenizer, scorer, starts, settings, rng)
+    assert len(rollout.games) == 2 and all(g.over for g in rollout.games)
+    assert all(len(g.completions) == 3 and len(g.rewards.total) == 3 for g in rollout.groups)
+    # The random tiny model never answers in format: each game ends after 3 unplayable answers.
+    assert len(rollout.groups) == 6 and rollout.stats()["invalid_rate"] == 1.0
+    assert {g.secret for g in rollout.groups} <= {"bunny", "crane"}
+
+
+def test_passing_answers_keep_good_samples_and_the_solver_move(setup, scorer, tiny_model_dir):  # noqa: F811
+    _, tokenizer = load_model(str(tiny_model_dir))
+    texts = [BAD, format_answer("a", "qqqqq"), GOOD, GOOD, format_answer("b", "salty")]
+    group = hand_made_group(tokenizer, scorer, setup, texts)
+    threshold = group.rewards.total[2] - 1e-9  # only the winning answer clears it
+    assert passing_answers(group.rewards, texts, "nomad", threshold, keep=4) == [GOOD]  # duplicates once
+    # The solver's move passes whatever it scores.
+    assert passing_answers(group.rewards, texts, "salty", threshold, keep=4) == [GOOD, texts[4]]
+    assert passing_answers(group.rewards, texts, "nomad", 100.0, keep=4) == []
+
+
+def test_expert_iteration_trains_on_expert_answers_when_no_sample_passes(lora_model, setup, scorer):
+    model, tokenizer = lora_model
+    ei = ExpertIteration(model, tokenizer, scorer, setup.solver(),
+                         EISettings(states_per_step=2, samples=2, sft_steps=2, batch_size=2, learning_rate=1e-3),
+                         RolloutSettings(max_tokens=8, batch_size=8))
+    starts = sample_start_states(setup, setup.solver(), ["bunny", "crane"], 2, np.random.default_rng(2), 2)
+    mx.random.seed(2)
+    targets = ei.targets(starts)
+    assert targets.expert_states == 2 and len(targets.conversations) == 2
+    assert targets.conversations[0][-1]["content"].endswith(f"<guess>{setup.solver().choose(starts[0].state)}</guess>")
+    before = weights_of(model)
+    figures = ei.step(starts, seed=0)
+    after = weights_of(model)
+    assert figures["expert_fraction"] == 1.0 and math.isfinite(figures["loss"]) and figures["nonfinite_skipped"] == 0
+    assert any(not np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_expert_iteration_undoes_a_nonfinite_step(lora_model, setup, scorer):
+    model, tokenizer = lora_model
+    name, value = next(iter(trainable_weights(model).items()))
+    model.load_weights([(name, mx.full(value.shape, float("nan")))], strict=False)
+    ei = ExpertIteration(model, tokenizer, scorer, setup.solver(),
+                         EISettings(states_per_step=1, samples=1, sft_steps=1, batch_size=1),
+                         RolloutSettings(max_tokens=8))
+    ei.trainer.optimizer.init(model.trainable_parameters())
+    before, step_before = weights_of(model), ei.trainer.steps_done
+    starts = sample_start_states(setup, setup.solver(), ["bunny"], 1, np.random.default_rng(0), 0)
+    figures = ei.step(starts, seed=0)
+    after = weights_of(model)
+    assert figures["nonfinite_skipped"] == 1
+    assert all(np.array_equal(before[k], after[k], equal_nan=True) for k in before)
+    assert ei.trainer.steps_done == step_before
+
+
+# ---- schedule and config --------------------------------------------------------------------
+
+def test_schedule_parsing_and_phases():
+    schedule = parse_schedule(" grpo:2, ei:1 ")
+    assert [schedule.phase(s) for s in range(7)] == ["grpo", "grpo", "ei", "grpo", "grpo", "ei", "grpo"]
+    assert str(schedule) == "grpo:2,ei:1" and schedule.position(4) == 1
+    for bad, words in [("", "empty"), ("grpo", "needs a step count"), ("grpo:0", ">= 1"), ("ppo:3", "unknown phase"),
+                       ("grpo:two", "whole number"), ("grpo:2,", "unknown phase")]:
+        with pytest.raises(UserError, match=words):
+            parse_schedule(bad)
+
+
+def test_config_files_and_overrides(tmp_path):
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"steps": 7, "grpo": {"kl_coef": 0.1}, "reward": {"win": 3}}))
+    config = build_config(load_config_file(tmp_path / "c.yaml"), {"grpo.kl_coef": 0.2, "rollout.group_size": 4})
+    assert (config.steps, config.grpo.kl_coef, config.rollout.group_size, config.reward.win) == (7, 0.2, 4, 3.0)
+    assert config.grpo.clip_epsilon == RLConfig().grpo.clip_epsilon
+    (tmp_path / "c.json").write_text(json.dumps(config.to_json()))
+    assert build_config(load_config_file(tmp_path / "c.json")) == config
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"stpes": 3}, "unknown key stpes"),
+    ({"grpo": {"kl": 0.1}}, "unknown key grpo.kl"),
+    ({"steps": "ten"}, "steps must be a whole number"),
+    ({"steps": 2.5}, "steps must be a whole number"),
+    ({"grpo": {"normalize_std": "yes"}}, "grpo.normalize_std must be true or false"),
+    ({"rollout": {"group_size": 1}}, "rollout.group_size must be >= 2"),
+    ({"rollout": {"temperature": 0}}, "rollout.temperature must be > 0"),
+    ({"reward": {"repeat": -1}}, "reward.repeat must be >= 0"),
+    ({"rollout": {"choose": "worst"}}, "rollout.choose must be one of best, sampled"),
+    ({"schedule": "grpo:4,sft:1"}, "unknown phase 'sft'"),
+    ({"grpo": 3}, "grpo must be a mapping"),
+    ({"lora": {"full": True}}, "lora.full must be false"),
+])
+def test_bad_config_values_are_one_line_errors(tmp_path, data, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = run_cli("rl", "--model", "unused", "--out", tmp_path / "run", "--config", path)
+    assert result.exit_code == 2
+    assert message in result.output and result.output.count("\n") == 1 and "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_flags_and_files_are_one_line_errors(tmp_path):
+    (tmp_path / "broken.yaml").write_text("steps: [1,\n")
+    for args, message in [(["--steps", "0"], "steps must be >= 1"), (["--schedule", "grpo:x"], "whole number"),
+                          (["--group-size", "1"], "rollout.group_size"),
+                          (["--config", tmp_path / "missing.yaml"], "cannot read config"),
+                          (["--config", tmp_path / "broken.yaml"], "not valid YAML"),
+                          (["--resume"], "no checkpoint to resume")]:
+        result = run_cli("rl", "--model", "unused", "--out", tmp_path / "run", *args)
+        assert result.exit_code == 2 and message in result.output, (args, result.output)
+
+
+# ---- whole runs ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory, tiny_model_dir):  # noqa: F811
+    out = tmp_path_factory.mktemp("rl") / "reference"
+    summary = run_rl(RunRequest(str(tiny_model_dir), None, out, build_config(TINY_RUN), show_progress=False))
+    return out, summary
+
+
+def deterministic(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in records]
+
+
+def read_metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_run_logs_every_step_and_never_plays_held_out_secrets(reference_run, tiny_model_dir):  # noqa: F811
+    out, summary = reference_run
+    records = read_metrics(out)
+    assert [(r["step"], r["phase"]) for r in records] == [(1, "ei"), (2, "grpo"), (3, "ei")]
+    grpo = records[1]
+    # The tiny model answers garbage: every group ties, is dropped, and the step is skipped.
+    assert grpo["dropped_fraction"] == 1.0 and grpo["skipped"] and grpo["games"] == 2
+    for key in ("reward_mean", "reward_std", "reward_format", "reward_win", "win_rate", "invalid_rate",
+                "tokens_per_s", "peak_memory_gb"):
+        assert key in grpo
+    assert records[0]["expert_fraction"] == 1.0 and math.isfinite(records[0]["loss"])
+    assert not any(is_held_out(s) for r in records for s in r["secrets"])
+    assert summary["steps"] == 3 and summary["grpo_steps"] == 1 and summary["ei_steps"] == 2
+    # The final adapter loads like any other and differs from a fresh one (EI trained it).
+    model, _ = load_model(str(tiny_model_dir), out / "adapter")
+    assert any(float(mx.abs(v).max()) > 0 for k, v in tree_flatten(model.parameters()) if "lora_b" in k)
+    assert latest_checkpoint(out).name == "step-0000003"
+    # An existing run is not overwritten; --resume may only change --steps.
+    assert "already holds an RL run" in run_cli("rl", "--model", tiny_model_dir, "--out", out).output
+    result = run_cli("rl", "--model", tiny_model_dir, "--out", out, "--resume", "--group-size", "4")
+    assert result.exit_code == 2 and "only --steps may change (got --group-size)" in result.output
+
+
+LAUNCHER = """
+import pathlib, sys, time
+import sft.checkpoint as checkpoint
+
+real, marker = checkpoint.atomic_replace_dir, pathlib.Path(sys.argv[1])
+
+def build_then_hang(final, build):
+    def slow(folder):
+        build(folder)
+        if final.name == "step-0000002":  # every file of this checkpoint is written, not yet renamed
+            marker.write_text("saving")
+            time.sleep(120)
+    real(final, slow)
+
+checkpoint.atomic_replace_dir = build_then_hang
+from cli import cli
+cli(sys.argv[2:])
+"""
+
+
+def test_kill_during_save_keeps_the_last_checkpoint_and_resume_is_exact(tmp_path, reference_run,
+                                                                       tiny_model_dir):  # noqa: F811
+    reference, _ = reference_run
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(TINY_RUN))
+    (tmp_path / "launch.py").write_text(LAUNCHER)
+    marker, out = tmp_path / "saving", tmp_path / "run"
+    process = subprocess.Popen([sys.executable, tmp_path / "launch.py", marker, "rl", "--model", tiny_model_dir,
+                                "--out", out, "--config", config, "--quiet"],
+                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               env={**os.environ, "PYTHONPATH": str(REPO)})
+    deadline = time.monotonic() + 240
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), process.stderr.read().decode()[-2000:]
+    process.kill()  # SIGKILL, mid-save
+    process.wait()
+    assert any(p.name.startswith(".step-0000002") for p in (out / "checkpoints").iterdir())  # the half-saved one
+    assert latest_checkpoint(out).name == "step-0000001"
+    model, _ = load_model(str(tiny_model_dir))
+    attach_adapter(model, AdapterSettings(rank=2))
+    assert load_checkpoint(out, model, PhaseOptimizers(optim.Adam(1e-3), optim.Adam(1e-3))).step == 1
+
+    result = run_cli("rl", "--model", tiny_model_dir, "--out", out, "--resume", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert deterministic(read_metrics(out)) == deterministic(read_metrics(reference))
+    resumed, expected = (mx.load(str(p / "adapter" / "adapters.safetensors")) for p in (out, reference))
+    assert all(np.array_equal(np.array(resumed[k]), np.array(expected[k])) for k in expected)
+
+
+def test_report_draws_the_curves(reference_run, tmp_path):
+    out, _ = reference_run
+    result = run_cli("report", out, "--json", tmp_path / "report.json")
+    assert result.exit_code == 0, result.output
+    assert "cumulative_wins" in result.output and "reward_mean" in result.output
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["curves"]["reward_mean"]["step"] == [1, 2, 3]
+    assert report["curves"]["cumulative_wins"] == {"step": [2], "value": [0]}
+    assert run_cli("report", tmp_path / "nothing").exit_code == 2
+    pytest.importorskip("matplotlib")
+    assert run_cli("report", out, "--png", tmp_path / "curves.png").exit_code == 0
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_curves_and_sparklines_on_hand_made_metrics():
+    records = [{"step": 1, "phase": "grpo", "games": 4, "wins": 1, "win_rate": 0.25, "reward_mean": 0.5},
+               {"step": 2, "phase": "ei", "reward_mean": 0.7},
+               {"step": 3, "phase": "grpo", "games": 4, "wins": 3, "win_rate": 0.75, "reward_mean": 1.5}]
+    series = curves(records)
+    assert series["cumulative_wins"] == {"step": [1, 3], "value": [1, 4]}
+    assert series["win_rate"]["value"] == [0.25, 0.75] and series["reward_mean"]["step"] == [1, 2, 3]
+    assert sparkline([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█" and sparkline([2, 2]) == "▁▁"
+    assert len(sparkline(list(range(1000)), width=40)) == 40
