@@ -34,6 +34,7 @@ def cli() -> None:
 def _register() -> None:
     from eval.commands import eval_command
     from llm.commands import doctor
+    from rl.commands import report_command, rl_command
     from sft.commands import sft
     from sft.gen_command import gen_sft
     from solver.commands import solve
@@ -42,6 +43,8 @@ def _register() -> None:
         cli.add_command(command)
     cli.add_command(gen_sft)
     cli.add_command(sft)
+    cli.add_command(rl_command)
+    cli.add_command(report_command)
 
 
 _register()
