@@ -53,33 +53,42 @@ def sft(model, data, out, adapter, iters, rank, learning_rate, warmup, batch_siz
     Console().print(*summary_tables(summary))
 
 
-def summary_tables(summary: dict) -> list:
-    """The eval history (loss, val loss, games) and the run's final figures."""
-    from rich.table import Table
+# (label, summary key, format) of the final figures; None values show as "-".
+FIGURES = (
+    ("steps", "steps", "{:d}"),
+    ("first train loss", "first_train_loss", "{:.4f}"),
+    ("final train loss (mean of last 10)", "final_train_loss", "{:.4f}"),
+    ("val loss at start", "initial_val_loss", "{:.4f}"),
+    ("val loss at end", "final_val_loss", "{:.4f}"),
+    ("tokens/s (median step)", "tokens_per_s_median", "{:,.0f}"),
+    ("step seconds (median)", "step_seconds_median", "{:.3f}"),
+    ("peak memory GB", "peak_memory_gb", "{:.2f}"),
+    ("training seconds (all steps)", "train_seconds", "{:.1f}"),
+    ("wall seconds (this command)", "seconds", "{:.1f}"),
+    ("adapter", "adapter", "{}"),
+)
 
-    def show(value, pattern: str) -> str:
-        return "-" if value is None else pattern.format(value)
+
+def _show(value, pattern: str) -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def summary_tables(summary: dict) -> list:
+    """The history at each validation (loss, val loss, games) and the run's final figures."""
+    from rich.table import Table
 
     history = Table(title="training")
     for column in ("step", "train loss", "val loss", "format-valid", "win rate"):
         history.add_column(column, justify="right")
     for row in summary["history"]:
-        history.add_row(str(row["step"]), show(row["loss"], "{:.4f}"), show(row["val_loss"], "{:.4f}"),
-                        show(row["eval_format_valid_rate"], "{:.1%}"), show(row["eval_win_rate"], "{:.1%}"))
+        history.add_row(str(row["step"]), _show(row["loss"], "{:.4f}"), _show(row["val_loss"], "{:.4f}"),
+                        _show(row["eval_format_valid_rate"], "{:.1%}"), _show(row["eval_win_rate"], "{:.1%}"))
     figures = Table(title=f"sft run {summary['run']}")
     figures.add_column("figure")
     figures.add_column("value", justify="right")
-    for label, key, pattern in (("steps", "steps", "{:d}"), ("final train loss (last 10)", "final_train_loss", "{:.4f}"),
-                                ("val loss (start -> end)", None, ""), ("tokens/s (median)", "tokens_per_s_median", "{:,.0f}"),
-                                ("step seconds (median)", "step_seconds_median", "{:.3f}"),
-                                ("peak memory GB", "peak_memory_gb", "{:.2f}"), ("seconds", "seconds", "{:.1f}")):
-        if key is None:
-            value = f"{show(summary['initial_val_loss'], '{:.4f}')} -> {show(summary['final_val_loss'], '{:.4f}')}"
-        else:
-            value = show(summary[key], pattern)
-        figures.add_row(label, value)
-    figures.add_row("adapter", summary["adapter"])
+    for label, key, pattern in FIGURES:
+        figures.add_row(label, _show(summary[key], pattern))
     if summary["fused"]:
-        figures.add_row("fused", f"{summary['fused']['path']} (greedy answers match on "
-                                  f"{summary['fused']['prompts']} prompts)")
+        fused = summary["fused"]
+        figures.add_row("fused", f"{fused['path']} (same greedy answers on {fused['prompts']} prompts)")
     return [history, figures]

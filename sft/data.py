@@ -6,7 +6,8 @@ A data folder is what `gen-sft` writes and what `mlx_lm.lora --data` reads:
 before any training starts, so a bad file fails in a second with its line number
 instead of an hour into a run. Tokenizing goes through mlx-lm's `ChatDataset` with
 `mask_prompt=True`: the loss then falls on the assistant's answer only, exactly as
-`mlx_lm.lora --mask-prompt` would train.
+`mlx_lm.lora --mask-prompt` would train. When the folder has gen-sft's manifest.json,
+its list of training secrets must not touch eval's held-out split.
 """
 
 from __future__ import annotations
@@ -46,7 +47,25 @@ def load_data_dir(folder: str | Path) -> SFTData:
               for name in SPLITS}
     if not splits["train"]:
         raise UserError(f"{folder / 'train.jsonl'} holds no examples")
+    check_no_held_out_secrets(folder)
     return SFTData(folder, splits["train"], splits["valid"], splits["test"])
+
+
+def check_no_held_out_secrets(folder: Path) -> None:
+    """Refuse data made from eval's held-out secrets: training on them would inflate every eval."""
+    from eval.splits import held_out
+
+    path = folder / "manifest.json"
+    if not path.is_file():
+        return
+    try:
+        secrets = json.loads(path.read_text(encoding="utf-8")).get("secrets", {})
+    except (json.JSONDecodeError, AttributeError) as err:
+        raise UserError(f"{path} is not a gen-sft manifest ({err})") from err
+    leaked = held_out(secrets.get("train", []))
+    if leaked:
+        raise UserError(f"{folder} was made from eval's held-out secrets ({', '.join(leaked[:3])}); "
+                        "regenerate it with gen-sft")
 
 
 def read_conversations(path: Path) -> list[Conversation]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,22 +14,24 @@ import time
 from pathlib import Path
 
 import mlx.core as mx
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from llm_fixtures import tiny_model_dir  # noqa: F401  (fixture)
 from mlx.utils import tree_flatten
 
 from cli import cli
-from eval.splits import trainable
+from eval.splits import held_out, trainable
 from llm.format import format_answer, messages
 from llm.loading import load_model
 from sft.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from sft.data import load_data_dir, prompt_of, tokenize
 from sft.fuse import check_same_greedy, write_fused
 from sft.lora import AdapterSettings, attach_adapter, trainable_weights
-from sft.trainer import OptimizerSettings, SFTTrainer
+from sft.trainer import OptimizerSettings, SFTTrainer, answer_loss_for, collate, output_split
 from solver.errors import UserError
 from solver.setup import load_setup
+from solver.words import default_word_lists
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -105,6 +108,23 @@ def test_prompt_is_masked_answer_is_learned(tiny_model_dir, conversations) -> No
     prompt = tokenizer.apply_chat_template(prompt_of(conversations[0]), add_generation_prompt=True)
     assert offset == len(prompt) and tokens[:offset] == prompt
     assert tokenizer.decode(tokens[offset:]).startswith(conversations[0][-1]["content"])
+
+
+def test_loss_counts_exactly_the_answer_tokens(tiny_model_dir, conversations) -> None:  # noqa: F811
+    model, tokenizer = load_model(str(tiny_model_dir))
+    examples = tokenize(tokenizer, conversations[:3])
+    batch = collate(examples)
+    loss, count = answer_loss_for(model)(model, batch.inputs, batch.answer_at, batch.weights)
+    assert output_split(model) is not None  # the tiny llama runs its output layer on answer positions only
+    assert count.item() == sum(len(tokens) - offset for tokens, offset in examples)
+
+    # the same number from the whole model's logits and an explicit mask
+    logits = model(batch.inputs[:, :-1])
+    log_probs = np.array(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+    targets = np.array(batch.inputs[:, 1:])
+    picked = [-log_probs[row, p - 1, targets[row, p - 1]]
+              for row, (tokens, offset) in enumerate(examples) for p in range(offset, len(tokens))]
+    assert loss.item() == pytest.approx(float(np.mean(picked)), rel=1e-5)
 
 
 def test_a_few_steps_lower_the_loss_and_train_only_the_adapter(tiny_model_dir, conversations) -> None:  # noqa: F811
@@ -333,8 +353,6 @@ def test_missing_data_model_and_checkpoint(tmp_path: Path, tiny_model_dir, data_
 
 
 def test_corrupt_checkpoint_on_resume(tmp_path: Path, finished_run: Path, tiny_model_dir, data_dir) -> None:  # noqa: F811
-    import shutil
-
     run = tmp_path / "copy"
     shutil.copytree(finished_run, run)
     (latest_checkpoint(run) / "optimizer.safetensors").write_bytes(b"\x00" * 10)
@@ -347,3 +365,15 @@ def test_data_folder_loads_all_splits(data_dir: Path) -> None:
     data = load_data_dir(data_dir)
     assert len(data.valid) == 8 and len(data.train) > 16 and data.test == []
     assert all(c[-1]["role"] == "assistant" and c[-1]["content"].startswith("<think>") for c in data.train)
+
+
+def test_data_made_from_held_out_secrets_is_refused(tmp_path: Path, data_dir: Path) -> None:
+    folder = tmp_path / "data"
+    shutil.copytree(data_dir, folder)
+    secret = held_out(default_word_lists().answers)[0]
+    (folder / "manifest.json").write_text(json.dumps({"secrets": {"train": ["crane", secret]}}))
+    result = sft("--data", str(folder), "--out", str(tmp_path / "run"))
+    assert result.exit_code == 2
+    assert f"made from eval's held-out secrets ({secret})" in result.stderr
+    (folder / "manifest.json").write_text(json.dumps({"secrets": {"train": ["crane"]}}))
+    assert load_data_dir(folder).train == load_data_dir(data_dir).train
