@@ -19,10 +19,12 @@ OVERRIDES = {
 
 
 @click.command("rl")
-@click.option("--model", default="default", show_default=True,
-              help="mlx-lm model folder, Hugging Face id, or 'default' (SmolLM2-135M-Instruct, embedded).")
+@click.option("--model", default=None,
+              help="mlx-lm model folder, Hugging Face id, or 'default' (SmolLM2-135M-Instruct, embedded) "
+                   "[default: default].")
 @click.option("--adapter", type=click.Path(file_okay=False), default=None,
-              help="LoRA adapter to start from (an SFT run's RUN/adapter); default: a fresh LoRA adapter.")
+              help="LoRA adapter to start from (an SFT run's RUN/adapter); it is also the KL reference. "
+                   "Default: none (a fresh adapter on the base model).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run folder to write.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="JSON or YAML file with any of the settings (see rl/config.py); flags override it.")
@@ -48,7 +50,7 @@ def rl_command(model, adapter, out, config_path, resume, quiet, json_path, **fla
     from rich.console import Console
 
     from rl.config import build_config, load_config_file
-    from rl.loop import RunRequest, resume_config, run_rl
+    from rl.loop import RunRequest, resume_request, run_rl
     from solver.fileio import atomic_write_json
 
     given = {name: value for name, value in flags.items() if value is not None}
@@ -56,14 +58,17 @@ def rl_command(model, adapter, out, config_path, resume, quiet, json_path, **fla
     out = Path(out)
     if resume:
         changed = sorted(f"--{name.replace('_', '-')}" for name in given if name != "steps")
-        if config_path or changed:
-            raise UserError(f"--resume continues with the run's saved config; only --steps may change "
-                            f"(got {', '.join(changed) or '--config'})")
-        config = resume_config(out, overrides.get("steps"))
+        changed += [flag for flag, value in (("--config", config_path), ("--model", model), ("--adapter", adapter))
+                    if value is not None]
+        if changed:
+            raise UserError(f"--resume continues the run as it started; only --steps may change "
+                            f"(got {', '.join(changed)})")
+        request = resume_request(out, overrides.get("steps"), not quiet)
     else:
         data = load_config_file(config_path) if config_path else {}
-        config = build_config(data, overrides, config_path or "options")
-    summary = run_rl(RunRequest(model, adapter, out, config, resume, not quiet))
+        request = RunRequest(model or "default", adapter, out, build_config(data, overrides, config_path or "options"),
+                             show_progress=not quiet)
+    summary = run_rl(request)
     Console().print(summary_table(summary))
     if json_path:
         atomic_write_json(json_path, summary)

@@ -6,11 +6,14 @@ RUN/metrics.jsonl; every `checkpoint_every` steps a checkpoint (sft/checkpoint.p
 keeps the adapter, both phases' optimizer states, mlx's key, the numpy generator
 that draws secrets and start states, and the schedule position, so `--resume`
 replays exactly what the interrupted run would have done. RUN/adapter is the final
-adapter, loadable with `--adapter` anywhere.
+adapter (start adapter and RL adapter merged, rl/policy.py), loadable with `--adapter`
+anywhere.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import statistics
 import time
 from dataclasses import dataclass
@@ -23,22 +26,25 @@ from eval.splits import trainable
 from rl.config import RLConfig, build_config, load_config_file
 from rl.expert_iteration import ExpertIteration
 from rl.grpo import GrpoLearner, collect_groups
+from rl.policy import load_policy
 from rl.reward import RewardScorer
 from rl.rollout import play
 from sft.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from sft.lora import attach_adapter, continue_adapter, save_adapter
+from sft.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from sft.run import MetricsLog
 from sft.states import sample_start_states
 from solver.errors import UserError
-from solver.fileio import atomic_write_json
+from solver.fileio import atomic_replace_dir, atomic_write_json
 
 CONFIG_FILE = "config.json"
+RUN_FILE = "run.json"  # the model and start adapter, for --resume
+START_ADAPTER = "start_adapter"  # a copy of --adapter: a resume does not depend on the original
 
 
 @dataclass(frozen=True)
 class RunRequest:
     model: str
-    adapter: str | None
+    adapter: str | None  # the adapter RL starts from (fused in; see rl/policy.py)
     out: Path
     config: RLConfig
     resume: bool = False
@@ -60,18 +66,20 @@ class PhaseOptimizers:
         self.ei.init(parameters)
 
 
-def resume_config(out: Path, steps: int | None) -> RLConfig:
-    """The configuration a run started with (only `steps` may change, to run longer)."""
+def resume_request(out: Path, steps: int | None, show_progress: bool = True) -> RunRequest:
+    """The run in `out` as it started (only `steps` may change, to run longer)."""
     if latest_checkpoint(out) is None:
         raise UserError(f"--resume: {out} has no checkpoint to resume from")
-    path = out / CONFIG_FILE
-    if not path.is_file():
-        raise UserError(f"--resume: {out} has no {CONFIG_FILE}; is it an RL run folder?")
-    return build_config(load_config_file(path), {"steps": steps} if steps is not None else None, str(path))
+    if not (out / CONFIG_FILE).is_file() or not (out / RUN_FILE).is_file():
+        raise UserError(f"--resume: {out} has no {CONFIG_FILE} or {RUN_FILE}; is it an RL run folder?")
+    config = build_config(load_config_file(out / CONFIG_FILE), {"steps": steps} if steps is not None else None,
+                          str(out / CONFIG_FILE))
+    run = json.loads((out / RUN_FILE).read_text())
+    adapter = str(out / START_ADAPTER) if run.get("start_adapter") else None
+    return RunRequest(run["model"], adapter, out, config, resume=True, show_progress=show_progress)
 
 
 def run_rl(request: RunRequest) -> dict:
-    from llm.loading import load_model
     from rl.report import LiveView
     from solver.setup import load_setup
 
@@ -79,13 +87,9 @@ def run_rl(request: RunRequest) -> dict:
     _check_run_folder(out, request.resume)
     setup = load_setup(config.secrets)
     secrets = trainable(setup.lists.secrets(config.secrets))  # eval's held-out secrets never train
-    model, tokenizer = load_model(request.model, request.adapter)
     mx.random.seed(config.seed)
-    adapter_config = continue_adapter(model, request.adapter) if request.adapter else attach_adapter(model, config.lora)
-    if adapter_config.get("fine_tune_type", "lora") != "lora":
-        raise UserError(f"--adapter {request.adapter} is a {adapter_config['fine_tune_type']} fine-tune; RL needs a "
-                        "LoRA adapter (its reference policy is the model with the adapter switched off)")
-    adapter_config["model"] = request.model
+    policy = load_policy(request.model, request.adapter, config.lora)
+    model, tokenizer = policy.model, policy.tokenizer
 
     solver = setup.solver()
     scorer = RewardScorer(setup, config.reward)
@@ -103,9 +107,7 @@ def run_rl(request: RunRequest) -> dict:
         rng.bit_generator.state = checkpoint.extra["rng"]
         metrics.keep_until(start)
     else:
-        out.mkdir(parents=True, exist_ok=True)
-        metrics.path.unlink(missing_ok=True)
-        atomic_write_json(out / CONFIG_FILE, config.to_json())
+        _start_run_folder(out, request, config)
 
     def starts(n: int):
         return sample_start_states(setup, solver, secrets, n, rng, config.rollout.max_history,
@@ -140,12 +142,26 @@ def run_rl(request: RunRequest) -> dict:
                       "peak_memory_gb": mx.get_peak_memory() / 1e9}
             metrics.append(record)
             if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
-                save_checkpoint(out, model, optimizers, step + 1, adapter_config,
+                save_checkpoint(out, model, optimizers, step + 1, policy.adapter_config,
                                 {"rng": rng.bit_generator.state, "schedule": str(schedule),
                                  "schedule_position": schedule.position(step + 1)}, keep=config.keep_checkpoints)
             view.update(record)
-    adapter_dir = save_adapter(out / "adapter", model, adapter_config)
+    adapter_dir = policy.export(out / "adapter")
     return summarise(metrics.records(), out, adapter_dir)
+
+
+def _start_run_folder(out: Path, request: RunRequest, config: RLConfig) -> None:
+    """The files a resume needs: the config, the model, and a copy of the start adapter."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.jsonl").unlink(missing_ok=True)
+    if request.adapter is not None:
+        def copy(tmp: Path) -> None:
+            for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
+                shutil.copy2(Path(request.adapter) / name, tmp / name)
+
+        atomic_replace_dir(out / START_ADAPTER, copy)
+    atomic_write_json(out / RUN_FILE, {"model": request.model, "start_adapter": request.adapter})
+    atomic_write_json(out / CONFIG_FILE, config.to_json())
 
 
 def _check_run_folder(out: Path, resume: bool) -> None:

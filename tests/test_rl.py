@@ -33,12 +33,13 @@ from rl.expert_iteration import EISettings, ExpertIteration, passing_answers
 from rl.grpo import (GrpoLearner, GrpoSettings, adapter_disabled, answer_logprobs, collect_groups,
                      group_advantages, group_batches, prompt_kv)
 from rl.loop import PhaseOptimizers, RunRequest, run_rl
+from rl.policy import load_policy
 from rl.report import curves, sparkline
 from rl.reward import RewardScorer
 from rl.rollout import Group, Rollout, RolloutSettings, play
 from rl.schedule import parse_schedule
 from sft.checkpoint import latest_checkpoint, load_checkpoint
-from sft.lora import AdapterSettings, attach_adapter, trainable_weights
+from sft.lora import AdapterSettings, attach_adapter, save_adapter, trainable_weights
 from sft.states import sample_start_states
 from solver.errors import UserError
 from solver.feedback import feedback
@@ -193,6 +194,23 @@ def test_reference_policy_is_the_model_without_its_adapter(lora_model, tiny_mode
     assert not np.allclose(np.array(model(tokens)), np.array(base(tokens)), atol=1e-3)  # scale restored
 
 
+def test_start_adapter_is_the_reference_and_the_export_is_one_adapter(start_adapter, tiny_model_dir):  # noqa: F811
+    sft_model, _ = load_model(str(tiny_model_dir), start_adapter)
+    mx.random.seed(0)
+    policy = load_policy(str(tiny_model_dir), start_adapter, AdapterSettings(rank=2, scale=20.0))
+    policy.model.update(tree_map(lambda p: p + 0.01, policy.model.trainable_parameters()))  # "trained"
+    tokens = mx.array([[1, 40, 50, 60, 70, 80, 90]])
+    with adapter_disabled(policy.model):  # the reference: the SFT model, not the base model
+        np.testing.assert_allclose(np.array(policy.model(tokens)), np.array(sft_model(tokens)), atol=1e-4)
+    trained = np.array(policy.model(tokens))
+    assert not np.allclose(trained, np.array(sft_model(tokens)), atol=1e-3)
+    exported = policy.export(tiny_model_dir.parent / "exported")
+    config = json.loads((exported / "adapter_config.json").read_text())
+    assert config["fine_tune_type"] == "lora" and config["lora_parameters"]["rank"] == 3 + 2
+    reloaded, _ = load_model(str(tiny_model_dir), exported)  # one plain adapter over the base model
+    np.testing.assert_allclose(np.array(reloaded(tokens)), trained, atol=1e-4)
+
+
 def test_nonfinite_loss_skips_the_update(lora_model, setup, scorer):
     model, tokenizer = lora_model
     learner = GrpoLearner(model, GrpoSettings(kl_coef=0.0), 1.0, tokenizer.eos_token_id)
@@ -315,18 +333,30 @@ def test_bad_flags_and_files_are_one_line_errors(tmp_path):
     for args, message in [(["--steps", "0"], "steps must be >= 1"), (["--schedule", "grpo:x"], "whole number"),
                           (["--group-size", "1"], "rollout.group_size"),
                           (["--config", tmp_path / "missing.yaml"], "cannot read config"),
-                          (["--config", tmp_path / "broken.yaml"], "not valid YAML"),
-                          (["--resume"], "no checkpoint to resume")]:
+                          (["--config", tmp_path / "broken.yaml"], "not valid YAML")]:
         result = run_cli("rl", "--model", "unused", "--out", tmp_path / "run", *args)
         assert result.exit_code == 2 and message in result.output, (args, result.output)
+    result = run_cli("rl", "--out", tmp_path / "run", "--resume")
+    assert result.exit_code == 2 and "no checkpoint to resume" in result.output
 
 
 # ---- whole runs ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def reference_run(tmp_path_factory, tiny_model_dir):  # noqa: F811
+def start_adapter(tmp_path_factory, tiny_model_dir):  # noqa: F811
+    """An adapter standing in for an SFT run's: rank 3, random non-zero weights."""
+    model, _ = load_model(str(tiny_model_dir))
+    mx.random.seed(11)
+    config = attach_adapter(model, AdapterSettings(rank=3, scale=10.0))
+    model.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.02, model.trainable_parameters()))
+    return save_adapter(tmp_path_factory.mktemp("sft") / "adapter", model, config)
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory, tiny_model_dir, start_adapter):  # noqa: F811
     out = tmp_path_factory.mktemp("rl") / "reference"
-    summary = run_rl(RunRequest(str(tiny_model_dir), None, out, build_config(TINY_RUN), show_progress=False))
+    summary = run_rl(RunRequest(str(tiny_model_dir), str(start_adapter), out, build_config(TINY_RUN),
+                                show_progress=False))
     return out, summary
 
 
@@ -358,7 +388,7 @@ def test_a_run_logs_every_step_and_never_plays_held_out_secrets(reference_run, t
     # An existing run is not overwritten; --resume may only change --steps.
     assert "already holds an RL run" in run_cli("rl", "--model", tiny_model_dir, "--out", out).output
     result = run_cli("rl", "--model", tiny_model_dir, "--out", out, "--resume", "--group-size", "4")
-    assert result.exit_code == 2 and "only --steps may change (got --group-size)" in result.output
+    assert result.exit_code == 2 and "only --steps may change (got --group-size, --model)" in result.output
 
 
 LAUNCHER = """
@@ -381,7 +411,7 @@ cli(sys.argv[2:])
 """
 
 
-def test_kill_during_save_keeps_the_last_checkpoint_and_resume_is_exact(tmp_path, reference_run,
+def test_kill_during_save_keeps_the_last_checkpoint_and_resume_is_exact(tmp_path, reference_run, start_adapter,
                                                                        tiny_model_dir):  # noqa: F811
     reference, _ = reference_run
     config = tmp_path / "run.yaml"
@@ -389,7 +419,7 @@ def test_kill_during_save_keeps_the_last_checkpoint_and_resume_is_exact(tmp_path
     (tmp_path / "launch.py").write_text(LAUNCHER)
     marker, out = tmp_path / "saving", tmp_path / "run"
     process = subprocess.Popen([sys.executable, tmp_path / "launch.py", marker, "rl", "--model", tiny_model_dir,
-                                "--out", out, "--config", config, "--quiet"],
+                                "--adapter", start_adapter, "--out", out, "--config", config, "--quiet"],
                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                env={**os.environ, "PYTHONPATH": str(REPO)})
     deadline = time.monotonic() + 240
@@ -404,7 +434,7 @@ def test_kill_during_save_keeps_the_last_checkpoint_and_resume_is_exact(tmp_path
     attach_adapter(model, AdapterSettings(rank=2))
     assert load_checkpoint(out, model, PhaseOptimizers(optim.Adam(1e-3), optim.Adam(1e-3))).step == 1
 
-    result = run_cli("rl", "--model", tiny_model_dir, "--out", out, "--resume", "--quiet")
+    result = run_cli("rl", "--out", out, "--resume", "--quiet")
     assert result.exit_code == 0, result.output
     assert deterministic(read_metrics(out)) == deterministic(read_metrics(reference))
     resumed, expected = (mx.load(str(p / "adapter" / "adapters.safetensors")) for p in (out, reference))
