@@ -37,14 +37,10 @@ def _register() -> None:
     from rl.commands import report_command, rl_command
     from sft.commands import sft
     from sft.gen_command import gen_sft
-    from solver.commands import solve
+    from solver.commands import matrix_command, solve
 
-    for command in (solve, eval_command, doctor):
+    for command in (solve, matrix_command, eval_command, doctor, gen_sft, sft, rl_command, report_command):
         cli.add_command(command)
-    cli.add_command(gen_sft)
-    cli.add_command(sft)
-    cli.add_command(rl_command)
-    cli.add_command(report_command)
 
 
 _register()
