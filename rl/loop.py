@@ -118,12 +118,14 @@ def run_rl(request: RunRequest) -> dict:
         rollout, kept = collect_groups(
             lambda: play(model, tokenizer, scorer, starts(config.rollout.games_per_round), config.rollout, rng),
             config.grpo.groups_per_step, config.grpo.max_rollouts)
-        rollout_seconds = time.perf_counter() - rollout_start
+        update_start = time.perf_counter()
         figures = grpo.update(kept) if kept else {"skipped": "no informative group"}
         stats = rollout.stats()
         return {**stats, **figures, "groups": len(rollout.groups), "informative_groups": len(kept),
                 "dropped_fraction": 1.0 - len(kept) / len(rollout.groups),
-                "gen_tokens_per_s": stats["answer_tokens"] / rollout_seconds,
+                "rollout_seconds": update_start - rollout_start,
+                "update_seconds": time.perf_counter() - update_start,
+                "gen_tokens_per_s": stats["answer_tokens"] / (update_start - rollout_start),
                 "secrets": sorted({g.secret for g in rollout.games})}
 
     def ei_step() -> dict:
