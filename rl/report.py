@@ -45,6 +45,8 @@ class LiveView:
     def __exit__(self, *exc) -> None:
         if self.live is not None:
             self.live.__exit__(*exc)
+            if not self.live.console.is_terminal:
+                self.live.console.line()  # redirected, the last frame is left without its newline
 
     def update(self, record: dict) -> None:
         self.progress.update(self.task, advance=1, description=f"rl {record['phase']}")
