@@ -6,7 +6,8 @@ clipped surrogate per answer token plus `kl_coef` times the k3 KL estimate to th
 reference policy, averaged over all answer tokens of the batch (token-level).
 
 The reference policy is the same model with its LoRA adapter switched off (scale 0),
-so no second copy of the weights exists. Log-probs are computed in micro-batches of
+so no second copy of the weights exists; with a start adapter fused into the base
+weights (rl/policy.py), that is the SFT model RL started from. Log-probs are computed in micro-batches of
 at most `micro_batch` answers that attend to their group's prompt keys and values
 (computed once per group, see `GrpoLearner`), so neither prompt work nor peak memory
 grows with the group size. Groups whose rewards tie carry no signal and never reach
@@ -27,7 +28,7 @@ from mlx.utils import tree_map
 from mlx_lm.models.cache import create_attention_mask
 from mlx_lm.tuner.lora import LoRAEmbedding, LoRALinear, LoRASwitchLinear
 
-from llm.generation import Completion
+from llm.generation import STOP_TEXT, Completion
 from rl.rollout import Group, Rollout
 from solver.errors import UserError
 
@@ -85,7 +86,7 @@ def answer_tokens(completion: Completion, eos_token_id: int) -> list[int]:
     empty one) must still be trainable, or stalling would cost the model nothing.
     """
     tokens = list(completion.tokens)
-    if completion.finish_reason == "stop" and not completion.text.endswith("</guess>"):
+    if completion.finish_reason == "stop" and not completion.text.endswith(STOP_TEXT):
         tokens.append(eos_token_id)
     return tokens
 
