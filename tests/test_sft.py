@@ -183,6 +183,37 @@ def test_adapter_loads_with_mlx_lm_and_with_load_model(finished_run: Path, tiny_
     assert float(mx.abs(ours(ids) - base(ids)).max()) > 0.1
 
 
+def test_training_continues_from_an_adapter(finished_run: Path, tiny_model_dir, data_dir, tmp_path) -> None:  # noqa: F811
+    out = tmp_path / "more"
+    result = sft(*tiny_args(tiny_model_dir, data_dir, out, "--adapter", str(finished_run / "adapter"), "--rank", "2",
+                            "--iters", "2", "--eval-games", "0"))
+    assert result.exit_code == 0, result.output + str(result.exception)
+    before, after = metrics(finished_run), metrics(out)
+    assert after[0]["val_loss"] == pytest.approx(before[-1]["val_loss"], abs=1e-4)  # starts where that run ended
+    config = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    assert config["lora_parameters"]["rank"] == 8  # the adapter's own rank, not --rank
+    assert after[-1]["val_loss"] != after[0]["val_loss"]
+
+
+def test_full_fine_tune_writes_a_loadable_full_adapter(tiny_model_dir, data_dir, tmp_path) -> None:  # noqa: F811
+    from mlx_lm import load
+
+    out = tmp_path / "full"
+    result = sft(*tiny_args(tiny_model_dir, data_dir, out, "--full", "--iters", "3", "--eval-games", "0"))
+    assert result.exit_code == 0, result.output + str(result.exception)
+    config = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    assert (config["fine_tune_type"], config["num_layers"]) == ("full", 2)
+    saved = mx.load(str(out / "adapter" / "adapters.safetensors"))
+    assert len(saved) == 2 * 9  # per layer: 7 projections + 2 norms; embeddings stay frozen
+    base, tokenizer = load_model(str(tiny_model_dir))
+    tuned, _ = load(str(tiny_model_dir), adapter_path=str(out / "adapter"))
+    ours, _ = load_model(str(tiny_model_dir), adapter=out / "adapter")
+    ids = mx.array([tokenizer.encode("<guess>crane</guess>")])
+    assert mx.allclose(tuned(ids), ours(ids), atol=1e-5)
+    assert float(mx.abs(ours(ids) - base(ids)).max()) > 1e-2
+    assert metrics(out)[-1]["val_loss"] < metrics(out)[0]["val_loss"]
+
+
 def test_fused_model_answers_like_the_adapter(finished_run: Path, tiny_model_dir, conversations) -> None:  # noqa: F811
     fused_dir = finished_run / "fused"
     summary = json.loads((finished_run.parent / "s.json").read_text())
