@@ -18,7 +18,6 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
-from mlx_lm.tuner.lora import LoRALinear
 from mlx_lm.tuner.utils import linear_to_lora_layers
 
 from solver.errors import UserError
@@ -26,6 +25,7 @@ from solver.fileio import atomic_replace_dir
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapters.safetensors"
+ADAPTER_LEAVES = ("lora_a", "lora_b", "m")  # what mlx-lm's load_adapters accepts from a LoRA/DoRA file
 
 
 @dataclass(frozen=True)
@@ -66,9 +66,7 @@ def continue_adapter(model: nn.Module, adapter: str | Path) -> dict:
         for layer in model.layers[-max(config["num_layers"], 0):]:
             layer.unfreeze()
     else:
-        for _, module in model.named_modules():
-            if isinstance(module, LoRALinear):
-                module.unfreeze(keys=["lora_a", "lora_b"], recurse=False)
+        model.unfreeze(keys=list(ADAPTER_LEAVES), strict=False)
     return config
 
 

@@ -27,7 +27,7 @@ from llm.loading import load_model
 from sft.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from sft.data import load_data_dir, prompt_of, tokenize
 from sft.fuse import check_same_greedy, write_fused
-from sft.lora import AdapterSettings, attach_adapter, trainable_weights
+from sft.lora import AdapterSettings, attach_adapter, continue_adapter, trainable_weights
 from sft.trainer import OptimizerSettings, SFTTrainer, answer_loss_for, collate, output_split
 from solver.errors import UserError
 from solver.setup import load_setup
@@ -183,7 +183,7 @@ def test_adapter_loads_with_mlx_lm_and_with_load_model(finished_run: Path, tiny_
     assert float(mx.abs(ours(ids) - base(ids)).max()) > 0.1
 
 
-def test_training_continues_from_an_adapter(finished_run: Path, tiny_model_dir, data_dir, tmp_path) -> None:  # noqa: F811
+def test_training_continues_from_an_adapter(finished_run, tiny_model_dir, data_dir, tmp_path) -> None:  # noqa: F811
     out = tmp_path / "more"
     result = sft(*tiny_args(tiny_model_dir, data_dir, out, "--adapter", str(finished_run / "adapter"), "--rank", "2",
                             "--iters", "2", "--eval-games", "0"))
@@ -193,6 +193,9 @@ def test_training_continues_from_an_adapter(finished_run: Path, tiny_model_dir, 
     config = json.loads((out / "adapter" / "adapter_config.json").read_text())
     assert config["lora_parameters"]["rank"] == 8  # the adapter's own rank, not --rank
     assert after[-1]["val_loss"] != after[0]["val_loss"]
+    model, _ = load_model(str(tiny_model_dir), adapter=finished_run / "adapter")
+    continue_adapter(model, finished_run / "adapter")
+    assert sorted(trainable_weights(model)) == sorted(mx.load(str(finished_run / "adapter" / "adapters.safetensors")))
 
 
 def test_full_fine_tune_writes_a_loadable_full_adapter(tiny_model_dir, data_dir, tmp_path) -> None:  # noqa: F811
@@ -383,7 +386,7 @@ def test_missing_data_model_and_checkpoint(tmp_path: Path, tiny_model_dir, data_
         assert not (tmp_path / "run").exists()
 
 
-def test_corrupt_checkpoint_on_resume(tmp_path: Path, finished_run: Path, tiny_model_dir, data_dir) -> None:  # noqa: F811
+def test_corrupt_checkpoint_on_resume(tmp_path, finished_run, tiny_model_dir, data_dir) -> None:  # noqa: F811
     run = tmp_path / "copy"
     shutil.copytree(finished_run, run)
     (latest_checkpoint(run) / "optimizer.safetensors").write_bytes(b"\x00" * 10)
