@@ -18,12 +18,17 @@ from solver.errors import UserError  # noqa: E402
 
 
 class _Cli(click.Group):
+    """Every user mistake, ours or a bad flag caught by click, ends as one `error:` line and exit 2."""
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except UserError as err:
-            click.echo(f"error: {err}", err=True)
-            sys.exit(2)
+            message = str(err)
+        except click.UsageError as err:
+            message = err.format_message()
+        click.echo(f"error: {message}", err=True)
+        sys.exit(2)
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})

@@ -14,17 +14,7 @@ from solver.options import json_option, solver_options, word_list_options
 from solver.policy import SolverSettings
 
 
-class OneLineErrors(click.Command):
-    """Bad option values become a `UserError`: one `error:` line and exit 2, like every other mistake."""
-
-    def make_context(self, info_name, args, parent=None, **extra):
-        try:
-            return super().make_context(info_name, args, parent=parent, **extra)
-        except click.UsageError as err:
-            raise UserError(err.format_message()) from None
-
-
-@click.command("gen-sft", cls=OneLineErrors)
+@click.command("gen-sft")
 @click.option("--out", required=True, type=click.Path(), help="Folder for the dataset (built aside, then swapped in).")
 @click.option("--games", type=click.IntRange(1), default=2000, show_default=True,
               help="Solver games to play; every solver turn is one example.")
