@@ -40,11 +40,13 @@ def _register() -> None:
     from eval.commands import eval_command
     from llm.commands import doctor
     from rl.commands import report_command, rl_command
+    from rl.pipeline_command import pipeline_command
     from sft.commands import sft
     from sft.gen_command import gen_sft
     from solver.commands import matrix_command, solve
 
-    for command in (solve, matrix_command, eval_command, doctor, gen_sft, sft, rl_command, report_command):
+    for command in (solve, matrix_command, eval_command, doctor, gen_sft, sft, rl_command, report_command,
+                    pipeline_command):
         cli.add_command(command)
 
 

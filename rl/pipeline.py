@@ -1,0 +1,140 @@
+"""The whole recipe in one call: gen-sft -> sft -> rl -> eval of base, SFT and RL.
+
+Each stage calls the same code as its command and records its summary in
+`OUT/stages.json` when it finishes. Running the pipeline again skips finished stages
+and resumes an interrupted SFT or RL run from its last checkpoint, so a crash costs
+at most one checkpoint interval.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from eval.report import FIGURES
+from solver.errors import UserError
+from solver.fileio import atomic_write_json
+
+STAGES_FILE = "stages.json"
+MODELS = ("base", "sft", "rl")
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    """Small-scale defaults: about half an hour on a 2-core CPU with the default model."""
+
+    model: str = "default"
+    seed: int = 0
+    sft_games: int = 300
+    max_history: int = 3
+    sft_iters: int = 40
+    sft_lr: float = 5e-4
+    rl_steps: int = 4
+    rl_schedule: str = "grpo:1,ei:1"
+    group_size: int = 4
+    rl_games: int = 4
+    eval_games: int = 16
+    max_tokens: int = 128
+
+    def check(self) -> None:
+        for name in ("sft_games", "sft_iters", "rl_steps", "group_size", "rl_games", "eval_games", "max_tokens"):
+            if getattr(self, name) <= 0:
+                raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+
+
+class Stages:
+    """Which stages finished, with their summaries; saved atomically after each one."""
+
+    def __init__(self, out: Path, settings: PipelineSettings) -> None:
+        self.path = out / STAGES_FILE
+        self.done: dict[str, dict] = {}
+        if self.path.exists():
+            try:
+                saved = json.loads(self.path.read_text())
+            except json.JSONDecodeError as err:
+                raise UserError(f"{self.path} is corrupt ({err}); remove it to start over") from None
+            if saved.get("settings") != asdict(settings):
+                raise UserError(f"{out} holds a pipeline run with other settings; use another --out")
+            self.done = saved.get("stages", {})
+        self.settings = settings
+
+    def run(self, name: str, stage: Callable[[], dict]) -> dict:
+        if name not in self.done:
+            began = time.perf_counter()
+            self.done[name] = {**stage(), "stage_seconds": round(time.perf_counter() - began, 1)}
+            atomic_write_json(self.path, {"settings": asdict(self.settings), "stages": self.done})
+        return self.done[name]
+
+
+def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = True) -> dict:
+    from eval.run import ModelSpec, run_eval
+    from llm.generation import SamplingSettings
+    from rl.config import build_config
+    from rl.loop import RunRequest, run_rl
+    from sft.checkpoint import latest_checkpoint
+    from sft.gen_command import generate_dataset
+    from sft.run import SFTConfig, run_sft
+    from solver.policy import SolverSettings
+
+    settings.check()
+    out.mkdir(parents=True, exist_ok=True)
+    stages = Stages(out, settings)
+    console = Console()
+    data, sft_dir, rl_dir = out / "data", out / "sft", out / "rl"
+
+    console.rule("1/4 gen-sft: solver games with chain-of-thought")
+    stages.run("gen-sft", lambda: generate_dataset(
+        data, settings.sft_games, "answers", None, None, SolverSettings(), settings.max_history, 0.5,
+        settings.seed, settings.model, show_progress))
+
+    console.rule("2/4 sft: LoRA on the solver's answers")
+    sft_config = SFTConfig(model=settings.model, data=str(data), out=str(sft_dir), iters=settings.sft_iters,
+                           learning_rate=settings.sft_lr, eval_every=settings.sft_iters, eval_games=0,
+                           save_every=max(1, settings.sft_iters // 4), seed=settings.seed)
+    stages.run("sft", lambda: run_sft(sft_config, resume=latest_checkpoint(sft_dir) is not None,
+                                      show_progress=show_progress))
+
+    console.rule("3/4 rl: GRPO alternating with filtered expert iteration")
+    rl_config = build_config({}, {"steps": settings.rl_steps, "schedule": settings.rl_schedule,
+                                  "seed": settings.seed, "rollout.group_size": settings.group_size,
+                                  "rollout.games_per_round": settings.rl_games,
+                                  "rollout.max_tokens": settings.max_tokens, "checkpoint_every": 1}, "pipeline")
+    stages.run("rl", lambda: run_rl(RunRequest(settings.model, str(sft_dir / "adapter"), rl_dir, rl_config,
+                                               resume=latest_checkpoint(rl_dir) is not None,
+                                               show_progress=show_progress)))
+
+    console.rule("4/4 eval: the same held-out secrets for every model")
+    adapters = {"base": None, "sft": str(sft_dir / "adapter"), "rl": str(rl_dir / "adapter")}
+    sampling = SamplingSettings(temperature=0.0, max_tokens=settings.max_tokens)
+    results = {}
+    for name in MODELS:
+        spec = ModelSpec(settings.model, adapters[name], sampling)
+        results[name] = stages.run(f"eval-{name}", lambda spec=spec, name=name: _without_games(run_eval(
+            "model", "answers", None, None, "heldout", settings.eval_games, settings.seed, SolverSettings(),
+            str(out / f"eval-{name}.json"), show_progress, spec)))
+    summary = {"out": str(out), "settings": asdict(settings), "eval": results,
+               "seconds": {name: stage["stage_seconds"] for name, stage in stages.done.items()}}
+    atomic_write_json(out / "summary.json", summary)
+    return summary
+
+
+def _without_games(result: dict) -> dict:
+    """The eval figures kept in stages.json; every game stays in OUT/eval-<model>.json."""
+    return {key: value for key, value in result.items() if key != "per_game"}
+
+
+def comparison_table(summary: dict) -> Table:
+    table = Table(title="held-out games: base vs SFT vs RL")
+    table.add_column("figure")
+    for name in MODELS:
+        table.add_column(name, justify="right")
+    for label, key, pattern in FIGURES:
+        values = [summary["eval"][name].get(key) for name in MODELS]
+        table.add_row(label, *("-" if v is None else pattern.format(v) for v in values))
+    return table

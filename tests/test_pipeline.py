@@ -1,0 +1,43 @@
+"""The one-command pipeline on the tiny model: every stage, the comparison, and resume."""
+
+import json
+
+from click.testing import CliRunner
+
+from cli import cli
+from llm.tiny import cached_tiny_model
+from rl.pipeline import MODELS, STAGES_FILE, PipelineSettings, run_pipeline
+
+
+def test_pipeline_runs_every_stage_and_resumes(tmp_path_factory, tmp_path):
+    tiny = str(cached_tiny_model(tmp_path_factory.mktemp("tiny")))
+    settings = PipelineSettings(model=tiny, sft_games=12, sft_iters=2, rl_steps=2, rl_games=2, group_size=2,
+                                eval_games=3, max_tokens=12)
+    out = tmp_path / "run"
+    summary = run_pipeline(out, settings, show_progress=False)
+    stages = json.loads((out / STAGES_FILE).read_text())["stages"]
+    assert list(stages) == ["gen-sft", "sft", "rl", "eval-base", "eval-sft", "eval-rl"]
+    assert (out / "sft" / "adapter" / "adapters.safetensors").is_file()
+    assert (out / "rl" / "adapter" / "adapters.safetensors").is_file()
+    secrets = [[g["secret"] for g in json.loads((out / f"eval-{m}.json").read_text())["per_game"]] for m in MODELS]
+    assert secrets[0] == secrets[1] == secrets[2] and len(set(secrets[0])) == 3  # same held-out secrets
+    assert all(summary["eval"][m]["games"] == 3 for m in MODELS)
+    assert stages["sft"]["steps"] == 2 and stages["rl"]["steps"] == 2
+    assert stages["gen-sft"]["examples"] > 12
+
+    # A second run finds every stage done and only re-prints the comparison.
+    again = run_pipeline(out, settings, show_progress=False)
+    assert again["eval"] == summary["eval"]
+
+
+def test_pipeline_refuses_other_settings_in_same_folder(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / STAGES_FILE).write_text(json.dumps({"settings": {"model": "x"}, "stages": {}}))
+    result = CliRunner().invoke(cli, ["pipeline", "--out", str(out)])
+    assert result.exit_code == 2 and "other settings" in result.output
+
+
+def test_pipeline_bad_values():
+    result = CliRunner().invoke(cli, ["pipeline", "--out", "/tmp/never-made", "--sft-iters", "0"])
+    assert result.exit_code == 2 and "--sft-iters must be positive" in result.output
