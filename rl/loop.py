@@ -118,13 +118,15 @@ def run_rl(request: RunRequest) -> dict:
         rollout, kept = collect_groups(
             lambda: play(model, tokenizer, scorer, starts(config.rollout.games_per_round), config.rollout, rng),
             config.grpo.groups_per_step, config.grpo.max_rollouts)
-        update_start = time.perf_counter()
+        update_start, rollout_peak = time.perf_counter(), mx.get_peak_memory()
+        mx.reset_peak_memory()
         figures = grpo.update(kept) if kept else {"skipped": "no informative group"}
         stats = rollout.stats()
         return {**stats, **figures, "groups": len(rollout.groups), "informative_groups": len(kept),
                 "dropped_fraction": 1.0 - len(kept) / len(rollout.groups),
                 "rollout_seconds": update_start - rollout_start,
                 "update_seconds": time.perf_counter() - update_start,
+                "rollout_peak_memory_gb": rollout_peak / 1e9, "update_peak_memory_gb": mx.get_peak_memory() / 1e9,
                 "gen_tokens_per_s": stats["answer_tokens"] / (update_start - rollout_start),
                 "secrets": sorted({g.secret for g in rollout.games})}
 
@@ -141,7 +143,7 @@ def run_rl(request: RunRequest) -> dict:
             seconds = time.perf_counter() - began
             record = {"step": step + 1, "phase": phase, **record, "seconds": seconds,
                       "tokens_per_s": (record["answer_tokens"] + record.get("trained_tokens", 0)) / seconds,
-                      "peak_memory_gb": mx.get_peak_memory() / 1e9}
+                      "peak_memory_gb": max(mx.get_peak_memory() / 1e9, record.get("rollout_peak_memory_gb", 0.0))}
             metrics.append(record)
             if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
                 save_checkpoint(out, model, optimizers, step + 1, policy.adapter_config,

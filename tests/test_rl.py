@@ -46,7 +46,8 @@ from solver.feedback import feedback
 from solver.setup import load_setup
 
 REPO = Path(__file__).resolve().parent.parent
-TIMING = {"seconds", "tokens_per_s", "gen_tokens_per_s", "peak_memory_gb", "rollout_seconds", "update_seconds"}
+TIMING = {"seconds", "tokens_per_s", "gen_tokens_per_s", "peak_memory_gb", "rollout_seconds", "update_seconds",
+          "rollout_peak_memory_gb", "update_peak_memory_gb"}
 # A run small enough for the tiny model on 2 cores: EI first, so the GRPO rollouts that
 # follow depend on weights a resume must have restored.
 TINY_RUN = {
