@@ -28,7 +28,7 @@ from sft.trainer import BatchOrder, OptimizerSettings, SFTTrainer, collate
 from solver.errors import UserError
 from solver.fileio import atomic_write_json, atomic_write_text
 
-VAL_EXAMPLES = 256  # validation loss is measured on at most this many valid.jsonl examples
+VAL_EXAMPLES = 64  # validation loss on at most this many valid.jsonl examples: it runs every --eval-every steps
 FUSE_PROMPTS = 4
 EVAL_FIGURES = ("format_valid_rate", "win_rate", "mean_guesses", "invalid_word_rate", "consistency_rate")
 
