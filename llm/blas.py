@@ -49,9 +49,7 @@ def ensure_fast_blas() -> None:
 def _restartable() -> bool:
     """True when re-running `sys.orig_argv` restarts this same program from scratch."""
     return (
-        not sys.flags.interactive
-        and sys.argv[0] not in ("", "-c")
-        and "_pytest" not in sys.modules
+        not sys.flags.interactive and sys.argv[0] not in ("", "-c") and "_pytest" not in sys.modules
     )
 
 

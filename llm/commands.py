@@ -19,9 +19,13 @@ def doctor(json_path: Path | None) -> None:
     from rich.console import Console
 
     from llm.doctor import collect, render
+    from solver.errors import UserError
     from solver.fileio import atomic_write_json
 
     info = collect()
     Console().print(render(info))
     if json_path is not None:
-        atomic_write_json(json_path, info)
+        try:
+            atomic_write_json(json_path, info)
+        except OSError as err:
+            raise UserError(f"cannot write {json_path}: {err.strerror or err}") from err

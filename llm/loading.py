@@ -93,7 +93,10 @@ def _hub_snapshot(repo_id: str) -> Path:
 
 
 def apply_adapter(model: nn.Module, adapter: Path) -> None:
-    """Attach the adapter folder mlx-lm's trainer writes (adapter_config.json + adapters.safetensors)."""
+    """Attach an adapter folder as mlx-lm's trainer writes it.
+
+    That is adapter_config.json + adapters.safetensors, for LoRA, DoRA or full fine-tunes.
+    """
     from mlx_lm.tuner.utils import load_adapters
 
     if not adapter.is_dir():
@@ -123,5 +126,7 @@ def _auto_dtype() -> mx.Dtype | None:
     return mx.float32 if mx.default_device() == mx.cpu else None
 
 
-def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split()) or type(err).__name__
+def _one_line(err: BaseException, limit: int = 300) -> str:
+    """The error's message on one line, cut short: the CLI prints it after `error:`."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -66,6 +66,9 @@ def atomic_replace_dir(final: str | os.PathLike, build: Callable[[Path], None]) 
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; the result should look like any new folder
     try:
         build(tmp)
         old = None
