@@ -3,7 +3,7 @@
 GRPO advantages, expert-iteration filtering and eval's per-guess figures all read
 this kernel, so "good" means the same thing everywhere. Parsing is Python (the one
 strict parser in llm/format.py); scoring a whole group is one numba call over arrays,
-which also computes each guess's entropy with the solver's own `score_guesses`.
+which also computes each guess's entropy with the solver's own `score_rows` kernel.
 
 Components (weighted, they sum to the total):
 - format: the answer parses as exactly one `<think>..</think><guess>..</guess>`.
@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from llm.format import ALREADY_GUESSED, FORMAT_FAILURES, parse_answer
-from solver.entropy import score_guesses
+from solver.entropy import score_guesses, score_rows
 from solver.feedback import WIN, feedback_code
 from solver.setup import Setup
 from solver.state import MAX_GUESSES, GameState
@@ -82,7 +82,7 @@ def reward_kernel(matrix: np.ndarray, codes: np.ndarray, rows: np.ndarray, forma
         if rows[i] >= 0 and not repeated[i]:
             new_rows[k] = rows[i]
             k += 1
-    entropy, _ = score_guesses(matrix, new_rows[:k], candidates)
+    entropy, _ = score_rows(matrix, new_rows[:k], candidates)
     scratch = np.zeros(26, dtype=np.int8)
     speed = (MAX_GUESSES - turn) / (MAX_GUESSES - 1)
     k = 0

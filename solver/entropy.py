@@ -26,7 +26,7 @@ def score_guesses(matrix: np.ndarray, rows: np.ndarray, columns: np.ndarray) -> 
     candidate, shared by all guesses); with many candidates it reads rows directly.
     """
     if columns.shape[0] >= ROW_WISE_FROM:
-        return _score_row_wise(matrix, rows, columns)
+        return score_rows(matrix, rows, columns)
     return _score_candidate_wise(transposed(matrix), rows, columns)
 
 
@@ -106,7 +106,8 @@ def _score_candidate_wise(matrix_t, rows, columns):
 
 
 @njit(parallel=True, cache=True)
-def _score_row_wise(matrix, rows, columns):
+def score_rows(matrix, rows, columns):
+    """The row-wise kernel, callable from other numba code (a few guesses, any candidates)."""
     n_rows, n = rows.shape[0], columns.shape[0]
     entropy = np.zeros(n_rows, dtype=np.float64)
     expected = np.zeros(n_rows, dtype=np.float64)
