@@ -111,7 +111,9 @@ def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = Tr
 
     console.rule("4/4 eval: the same held-out secrets for every model")
     adapters = {"base": None, "sft": str(sft_dir / "adapter"), "rl": str(rl_dir / "adapter")}
-    sampling = SamplingSettings(temperature=0.0, max_tokens=settings.max_tokens)
+    # Sampled, not greedy: a greedy model repeats the same unparsable answer three times and
+    # loses every game to it (the SFT eval in the first session did exactly that).
+    sampling = SamplingSettings(max_tokens=settings.max_tokens)
     results = {}
     for name in MODELS:
         spec = ModelSpec(settings.model, adapters[name], sampling)
