@@ -28,15 +28,16 @@ from solver.feedback import WIN
 
 FAIL_PENALTY = 1e6  # guesses charged per secret the search expects to lose: losses come first
 LOSS_LINE = 6.0  # no position costs more than six guesses without a loss; one loss adds > 70
-RISK_PENALTY = 20.0  # the same, for the hard-mode estimate of a loss (a guess, not a count)
+RISK_PENALTY = 20.0  # the same, for a loss that is only estimated (hard mode, far from the end)
 NO_GREEN = -1
 
 
 @njit(cache=True)
 def finish_estimate(n: int, guesses_left: int, hard: bool) -> float:
-    """Expected guesses for n candidates with at least three guesses left, when the
-    search stops: a fit of the greedy solver's own finishing costs, plus in hard mode
-    the chance that a family like _IGHT eats one guess per member."""
+    """Expected guesses for n candidates with at least three guesses left, where the
+    search stops: a fit of the greedy solver's finishing costs, plus in hard mode the
+    risk that a family like _IGHT eats one guess per member (every guess must keep
+    the family's shared letters, so each one tests a single member)."""
     if n == 1:
         return 1.0
     expected = 1.5 if n == 2 else 1.0 + 0.62 * np.log2(n) ** 0.9
@@ -92,7 +93,7 @@ def _formula_cost(k: int, guesses_left: int) -> float:
 
 
 @njit(cache=True)
-def two_left_cost(game, candidates, hard, greens, mins, cutoff, satisfice) -> float:
+def two_left_cost(game, candidates, hard, greens, mins, cutoff) -> float:
     """Exact cost of `candidates` with two guesses left (best guess from candidates, then pool).
 
     The last guess wins one secret per bucket, so a guess that leaves b buckets,
@@ -127,7 +128,7 @@ def two_left_cost(game, candidates, hard, greens, mins, cutoff, satisfice) -> fl
         cost = 2.0 - wins / n + FAIL_PENALTY * (n - buckets) / n
         if cost < best:
             best = cost
-            if best <= perfect + 1e-12 or (satisfice and best < cutoff):
+            if best <= perfect + 1e-12:
                 break
     return best
 
@@ -154,14 +155,9 @@ def _open_guess(matrix_row, candidates, members, patterns) -> float:
 
 
 @njit(cache=True)
-def guess_cost(game, root_row, candidates, guesses_left, depth, hard, greens, mins, root_cutoff,
-               satisfice) -> float:
+def guess_cost(game, root_row, candidates, guesses_left, depth, hard, greens, mins, root_cutoff) -> float:
     """Expected guesses to finish if `root_row` is played now (this guess included),
     or a value >= `root_cutoff` as soon as it is clear it cannot beat that.
-
-    With `satisfice`, a position takes the first follow-up that keeps the total under
-    the cutoff instead of the best one: the result is then only an upper bound, but
-    it answers "can this guess stay under the cutoff?" much faster.
 
     A depth-first search with an explicit stack (numba cannot cache recursive
     functions): level l holds one position (its candidates, the best guess value
@@ -210,10 +206,11 @@ def guess_cost(game, root_row, candidates, guesses_left, depth, hard, greens, mi
             k = end - start
             known = _formula_cost(k, left[lvl] - 1)
             if known < 0.0 and hard and (left[lvl] == 3 or deep[lvl] > 1):
-                green_at[lvl + 1], min_count[lvl + 1] = _tighten(codes[guess[lvl]], pattern, green_at[lvl], min_count[lvl])
+                green_at[lvl + 1], min_count[lvl + 1] = _tighten(codes[guess[lvl]], pattern,
+                                                                 green_at[lvl], min_count[lvl])
             if known < 0.0 and left[lvl] == 3:
                 known = two_left_cost(game, members[lvl, start:end], hard, green_at[lvl + 1], min_count[lvl + 1],
-                                      (cutoff[lvl] - bound[lvl]) * n / k + (2.0 * k - 1.0) / k, satisfice)
+                                      (cutoff[lvl] - bound[lvl]) * n / k + (2.0 * k - 1.0) / k)
             elif known < 0.0 and deep[lvl] <= 1:
                 known = finish_estimate(k, left[lvl] - 1, hard)
             if known >= 0.0:
@@ -235,8 +232,7 @@ def guess_cost(game, root_row, candidates, guesses_left, depth, hard, greens, mi
         # Pick the next guess for the position at `lvl`: its candidates, then the pool.
         n = size[lvl]
         row = -1
-        done = best[lvl] <= (2.0 * n - 1.0) / n + 1e-12 or (satisfice and best[lvl] < limit[lvl])
-        if not done:
+        if best[lvl] > (2.0 * n - 1.0) / n + 1e-12:  # else nothing can beat what was found
             while next_guess[lvl] < n + pool.shape[0] and row < 0:
                 i = next_guess[lvl]
                 next_guess[lvl] += 1
@@ -265,7 +261,7 @@ def distinct_splits(matrix, ranked, candidates, wanted) -> np.ndarray:
     positions stop after little more than `wanted` rows.
     """
     n = candidates.shape[0]
-    seen = {np.uint64(0)}
+    seen = {np.uint64(0)}  # typed by its first element; no split hashes to 0 in practice
     keep = np.empty(min(wanted, ranked.shape[0]), dtype=np.int64)
     kept = 0
     label = np.full(243, -1, dtype=np.int64)
@@ -292,8 +288,7 @@ def distinct_splits(matrix, ranked, candidates, wanted) -> np.ndarray:
 
 
 @njit(parallel=True, cache=True)
-def lookahead_costs(game, shortlist, candidates, guesses_left, depth, hard, greens, mins, cutoff,
-                    satisfice=False) -> np.ndarray:
+def lookahead_costs(game, shortlist, candidates, guesses_left, depth, hard, greens, mins, cutoff) -> np.ndarray:
     """Expected guesses to finish (this one included) for each shortlisted guess row;
     any value >= `cutoff` only says the guess is no better than that.
 
@@ -305,6 +300,5 @@ def lookahead_costs(game, shortlist, candidates, guesses_left, depth, hard, gree
     """
     costs = np.empty(shortlist.shape[0], dtype=np.float64)
     for s in prange(shortlist.shape[0]):
-        costs[s] = guess_cost(game, shortlist[s], candidates, guesses_left, depth, hard, greens, mins, cutoff,
-                              satisfice)
+        costs[s] = guess_cost(game, shortlist[s], candidates, guesses_left, depth, hard, greens, mins, cutoff)
     return costs

@@ -2,9 +2,13 @@
 
 `Policy` is the small interface the eval harness, the SFT generator and RL all call.
 `EntropySolver` is the expert: greedy maximum entropy over every allowed guess with
-ties going to possible answers, optionally a depth-2 lookahead over the top-k
-guesses, optionally hard mode. Decisions are memoised by position, so playing all
-2,315 answers costs about as much as walking the decision tree once.
+ties going to possible answers, or a lookahead that scores the top-k guesses by the
+expected guesses to finish (solver/lookahead.py), optionally in hard mode. Either way
+the first guess is the one whose whole decision tree does best (solver/opener.py),
+and the last guesses are searched exactly so that no game is lost that need not be.
+
+Decisions are memoised by position, so playing all 2,315 answers costs about as much
+as walking the decision tree once.
 """
 
 from __future__ import annotations
@@ -21,6 +25,14 @@ from solver.feedback import WIN
 from solver.lookahead import FAIL_PENALTY, LOSS_LINE, distinct_splits, lookahead_costs
 from solver.opener import OPENER_VERSION, best_opener, opener_shortlist_size
 from solver.state import GameState
+
+POOL_SIZE = 400  # follow-up guesses the lookahead tries: the best splitters of the position
+DEPTH = 2  # guesses searched before the estimate (exact anyway once two guesses are left)
+ENDGAME_TURNS = 3  # from here on even greedy looks ahead, to avoid running out of guesses
+VERIFY_FROM = 5  # with this many guesses left the lookahead's leaves are estimates: verify
+VERIFY_MAX = 3  # rival guesses re-scored by playing on
+WIDE_VERIFY_MAX = 30  # the same, when every shortlisted guess risks a loss
+RISK_SPLITTERS = 30  # rivals tried far from the end when every checked guess risks a loss
 
 
 class Policy(Protocol):
@@ -107,26 +119,30 @@ class EntropySolver:
 
     def rank(self, state: GameState, top: int = 5) -> list[Scored]:
         """The best guesses at `state` by entropy, as the solver sees them."""
-        rows = self._legal_rows(state)
-        entropy, expected = score_guesses(self.matrix, rows, state.candidates)
-        is_cand = self._is_candidate_row(state)[rows]
-        order = np.lexsort((~is_cand, -entropy))[:top]
-        return [
-            Scored(self.lists.allowed[rows[i]], float(entropy[i]), float(expected[i]), bool(is_cand[i]))
-            for i in order
-        ]
+        rows, entropy, expected, is_cand = self._by_entropy(state)
+        return [Scored(self.lists.allowed[r], float(e), float(x), bool(c))
+                for r, e, x, c in zip(rows[:top], entropy[:top], expected[:top], is_cand[:top])]
 
     # -- internals -----------------------------------------------------------------
     def _root(self) -> GameState:
         return GameState(self.lists, self.matrix, self.secret_kind)
 
+    def _by_entropy(self, state: GameState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Legal guess rows, most entropy first (ties to candidates, then list order),
+        with their entropy, expected candidates left and candidate flags."""
+        rows = self._legal_rows(state)
+        entropy, expected = score_guesses(self.matrix, rows, state.candidates)
+        is_cand = self._is_candidate_row(state)[rows]
+        order = np.lexsort((~is_cand, -entropy))
+        return rows[order], entropy[order], expected[order], is_cand[order]
+
     def _solve(self, state: GameState, widen: bool = True) -> Decision:
         """The decision at `state`, memoised.
 
-        When every shortlisted guess expects a loss, the whole pool is searched for one
-        that does not (`widen`). That search is slow and usually fruitless in positions
-        that are only being estimated, so `_cost_after` skips it; the positions that
-        are actually played get it.
+        When the decision expects a loss, rivals that split the secrets at risk are
+        tried (`widen`). Positions that are only being looked at to verify a guess
+        skip that (it is slow there, and rarely changes which guess wins); the
+        positions that are actually played get it.
         """
         candidates = state.candidates
         if len(candidates) <= 2:
@@ -151,30 +167,22 @@ class EntropySolver:
 
     def _decide(self, state: GameState) -> Decision:
         if not self.settings.lookahead and state.guesses_left > ENDGAME_TURNS:
-            return Decision(self._most_informative(state), np.nan)
+            return Decision(int(self._by_entropy(state)[0][0]), np.nan)
         shortlist, pool = self._shortlist_and_pool(state)
         return self._best_of(state, shortlist, pool, VERIFY_MAX)
 
-    def _most_informative(self, state: GameState) -> int:
-        """Greedy's guess: the most entropy, ties to candidates, then to the list order."""
-        rows = self._legal_rows(state)
-        entropy, _ = score_guesses(self.matrix, rows, state.candidates)
-        is_cand = self._is_candidate_row(state)[rows]
-        return int(rows[np.lexsort((~is_cand, -entropy))[0]])
-
     def _shortlist_and_pool(self, state: GameState) -> tuple[np.ndarray, np.ndarray]:
-        """Guesses to score (best by entropy, ties to candidates; all candidates near the
-        end) and the pool of follow-ups the lookahead tries.
+        """Guesses to score (the top k by entropy; near the end all candidates too) and
+        the pool of follow-ups the lookahead tries (the top few hundred).
 
-        Outside hard mode, guesses that split the candidates the same way are the same
-        move here, so only the best-ranked of each kind is kept: in small positions that
-        lets the pool hold every distinct split, not a few hundred copies of a few.
+        Guesses that tell nothing are dropped. Outside hard mode, guesses that split
+        the candidates the same way are the same move, so only the best-ranked of each
+        is kept: in small positions the pool then holds every distinct split, not a
+        few hundred copies of a few. (In hard mode the letters themselves matter:
+        they decide which guesses stay legal later.)
         """
-        rows = self._legal_rows(state)
-        entropy, _ = score_guesses(self.matrix, rows, state.candidates)
-        is_cand = self._is_candidate_row(state)[rows]
-        order = np.lexsort((~is_cand, -entropy))
-        ranked = rows[order[: np.count_nonzero(entropy > 0) or 1]]  # the rest tell nothing
+        rows, entropy, _, is_cand = self._by_entropy(state)
+        ranked = rows[: np.count_nonzero(entropy > 0) or 1]
         if not self.settings.hard:
             ranked = ranked[distinct_splits(self.matrix, ranked, state.candidates, POOL_SIZE)]
         shortlist = ranked[: self.settings.top_k]
@@ -182,8 +190,7 @@ class EntropySolver:
             shortlist = np.concatenate([shortlist, np.setdiff1d(rows[is_cand], shortlist)])
         return shortlist, ranked[:POOL_SIZE]
 
-    def _best_of(self, state: GameState, shortlist: np.ndarray, pool: np.ndarray, verify_max: int,
-                 widen: bool = False) -> Decision:
+    def _best_of(self, state: GameState, shortlist: np.ndarray, pool: np.ndarray, verify_max: int) -> Decision:
         """The shortlisted guess with the lowest lookahead cost (verified far from the end).
 
         The first guess is scored alone so that its cost can cut the others short.
@@ -191,42 +198,17 @@ class EntropySolver:
         first = self._costs(state, shortlist[:1], pool, np.inf)
         costs = np.concatenate([first, self._costs(state, shortlist[1:], pool, first[0])])
         if state.guesses_left >= VERIFY_FROM:
-            return self._verified(state, shortlist, costs, verify_max, widen)
+            return self._verified(state, shortlist, costs, verify_max)
         best = int(np.argmin(costs))
         return Decision(int(shortlist[best]), float(costs[best]))
 
-    def _safe_rival(self, state: GameState, risky: Decision) -> Decision:
-        """Every shortlisted guess expects a loss: the best of the guesses that best split
-        the secrets `risky.row` would leave in losing positions, or NO_DECISION."""
-        rivals = self._splitters_of_risk(state, risky.row)
-        if not len(rivals):
-            return NO_DECISION
-        _, pool = self._shortlist_and_pool(state)
-        return self._best_of(state, rivals, pool, WIDE_VERIFY_MAX, widen=True)
-
-    def _splitters_of_risk(self, state: GameState, row: int) -> np.ndarray:
-        """Legal guesses that best split the candidates `row` would leave in positions
-        expecting a loss (ties by entropy over all candidates)."""
-        word = self.lists.allowed[row]
-        patterns = np.unique(self.matrix[row][state.candidates])
-        children = [state.play(word, int(p)) for p in patterns if p != WIN]
-        at_risk = [c.candidates for c in children if self._solve(c, widen=False).cost > LOSS_LINE]
-        if not at_risk:
-            return np.zeros(0, dtype=np.int64)
-        rows = self._legal_rows(state)
-        entropy, _ = score_guesses(self.matrix, rows, state.candidates)
-        risk_entropy, _ = score_guesses(self.matrix, rows, np.concatenate(at_risk))
-        return rows[np.lexsort((-entropy, -risk_entropy))[:RISK_SPLITTERS]]
-
-    def _costs(self, state: GameState, shortlist: np.ndarray, pool: np.ndarray, cutoff: float,
-               satisfice: bool = False) -> np.ndarray:
+    def _costs(self, state: GameState, shortlist: np.ndarray, pool: np.ndarray, cutoff: float) -> np.ndarray:
         greens, mins = _hard_arrays(state)
         game = (self.matrix, self.lists.allowed_codes, self._letter_counts, self._candidate_rows, pool)
         return lookahead_costs(game, shortlist, state.candidates, state.guesses_left, DEPTH, self.settings.hard,
-                               greens, mins, cutoff, satisfice)
+                               greens, mins, cutoff)
 
-    def _verified(self, state: GameState, shortlist: np.ndarray, costs: np.ndarray, verify_max: int,
-                  widen: bool) -> Decision:
+    def _verified(self, state: GameState, shortlist: np.ndarray, costs: np.ndarray, verify_max: int) -> Decision:
         """Re-score the most promising guesses by what the policy itself does next.
 
         Far from the end the lookahead's leaves are estimates, blind to families like
@@ -239,21 +221,38 @@ class EntropySolver:
         for i in np.argsort(costs, kind="stable")[:verify_max]:
             if costs[i] >= best.cost:
                 break
-            cost = self._cost_after(state, int(shortlist[i]), widen)
+            cost = self._cost_after(state, int(shortlist[i]))
             if cost < best.cost:
                 best = Decision(int(shortlist[i]), cost)
         return best
 
-    def _cost_after(self, state: GameState, row: int, widen: bool) -> float:
+    def _cost_after(self, state: GameState, row: int) -> float:
         """Expected guesses to finish when `row` is played now and the policy plays on."""
-        word = self.lists.allowed[row]
-        patterns, counts = np.unique(self.matrix[row][state.candidates], return_counts=True)
         total = 1.0
-        for pattern, count in zip(patterns, counts):
-            if pattern != WIN:
-                child = state.play(word, int(pattern))
-                total += count / len(state.candidates) * self._solve(child, widen).cost
+        for child in self._children(state, row):
+            total += len(child.candidates) / len(state.candidates) * self._solve(child, widen=False).cost
         return total
+
+    def _children(self, state: GameState, row: int) -> list[GameState]:
+        """The positions `row` can lead to, one per feedback other than the win."""
+        word = self.lists.allowed[row]
+        patterns = np.unique(self.matrix[row][state.candidates])
+        return [state.play(word, int(p)) for p in patterns if p != WIN]
+
+    def _safe_rival(self, state: GameState, risky: Decision) -> Decision:
+        """`risky` expects a loss: the best of the legal guesses that best split the
+        secrets it would leave in losing positions (from the whole list, not the
+        pool: a family like _ILLS needs words rich in its first letters), or
+        NO_DECISION."""
+        at_risk = [c.candidates for c in self._children(state, risky.row)
+                   if self._solve(c, widen=False).cost > LOSS_LINE]
+        if not at_risk:
+            return NO_DECISION
+        rows, _, _, _ = self._by_entropy(state)
+        risk_entropy, _ = score_guesses(self.matrix, rows, np.concatenate(at_risk))
+        rivals = rows[np.argsort(-risk_entropy, kind="stable")[:RISK_SPLITTERS]]
+        _, pool = self._shortlist_and_pool(state)
+        return self._best_of(state, rivals, pool, WIDE_VERIFY_MAX)
 
     def _is_candidate_row(self, state: GameState) -> np.ndarray:
         mask = np.zeros(len(self.lists.allowed), dtype=bool)
@@ -272,15 +271,6 @@ class EntropySolver:
         for letter, least in known.min_count.items():
             ok &= self._letter_counts[:, ord(letter) - ord("a")] >= least
         return np.flatnonzero(ok).astype(np.int64)
-
-
-POOL_SIZE = 400  # follow-up guesses the lookahead tries: the best splitters of the position
-DEPTH = 2  # guesses searched before the estimate (exact anyway once two guesses are left)
-ENDGAME_TURNS = 3  # from here on even greedy looks ahead, to avoid running out of guesses
-VERIFY_FROM = 5  # with this many guesses left the lookahead's leaves are estimates: verify
-VERIFY_MAX = 3  # rival guesses re-scored by playing on
-WIDE_VERIFY_MAX = 30  # the same, when every shortlisted guess risks a loss
-RISK_SPLITTERS = 30  # rivals tried far from the end when every checked guess risks a loss
 
 
 def _letter_counts(codes: np.ndarray) -> np.ndarray:
