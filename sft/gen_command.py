@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import click
@@ -28,17 +29,19 @@ from solver.policy import SolverSettings
 @click.option("--model", default=None,
               help="Tokenizer for the token statistics (default: the default model's, if cached).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing non-empty --out.")
+@click.option("--cold", is_flag=True,
+              help="Ignore the solver's decisions stored by earlier runs (to time a first run).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @json_option
 def gen_sft(out, games, secrets, answers, allowed, hard, lookahead, top_k, max_history, off_policy, seed, model,
-            overwrite, quiet, json_path) -> None:
+            overwrite, cold, quiet, json_path) -> None:
     """Play solver games and write one chain-of-thought example per solver turn, split by secret."""
     from rich.console import Console
 
     check_out_dir(Path(out), overwrite)
     settings = SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k)
     result = generate_dataset(Path(out), games, secrets, answers, allowed, settings, max_history, off_policy, seed,
-                              model, show_progress=not quiet)
+                              model, show_progress=not quiet, cold=cold)
     if json_path:
         atomic_write_json(json_path, result)
     Console().print(summary_table(result))
@@ -46,12 +49,17 @@ def gen_sft(out, games, secrets, answers, allowed, hard, lookahead, top_k, max_h
 
 def generate_dataset(out: Path, games: int, secret_kind: str, answers: str | None, allowed: str | None,
                      settings: SolverSettings, max_history: int, off_policy: float, seed: int,
-                     model: str | None, show_progress: bool = True) -> dict:
-    """Play, write `out` atomically, and return the summary (also the body of manifest.json)."""
+                     model: str | None, show_progress: bool = True, cold: bool = False) -> dict:
+    """Play, write `out` atomically, and return the summary (also the body of manifest.json).
+
+    The solver's decisions from earlier runs are read from disk (and new ones added)
+    unless `cold`; the output is the same either way.
+    """
     import numpy as np
 
     from sft.gen_data import (deal_games, play_examples, secrets_by_split, secrets_used, split_summary,
                               token_lengths, write_dataset)
+    from solver.decision_store import remembered
     from solver.progress import progress_bar
     from solver.setup import load_setup
 
@@ -64,7 +72,7 @@ def generate_dataset(out: Path, games: int, secret_kind: str, answers: str | Non
 
     started = time.perf_counter()
     progress = progress_bar("games", disable=not show_progress)
-    with progress:
+    with progress, (nullcontext(0) if cold else remembered(solver)) as stored_decisions:
         task = progress.add_task("gen-sft", total=len(dealt))
         examples = play_examples(setup, solver, dealt, rng, max_history, off_policy,
                                  on_game=lambda: progress.advance(task))
@@ -97,6 +105,7 @@ def generate_dataset(out: Path, games: int, secret_kind: str, answers: str | Non
         "token_seconds": round(counted - played, 3),
         "write_seconds": round(done - counted, 3),
         "examples_per_second": round(len(examples) / seconds, 1),
+        "stored_decisions_used": stored_decisions,
     }
 
 

@@ -142,7 +142,26 @@ def bucket_sizes(row: np.ndarray, columns: np.ndarray) -> np.ndarray:
     return counts
 
 
+@njit(cache=True)
+def _row_score(row: np.ndarray, columns: np.ndarray) -> tuple[float, float]:
+    n = columns.shape[0]
+    if n == 0:
+        return 0.0, 0.0
+    counts = bucket_sizes(row, columns)
+    klogk, squares = 0.0, 0.0
+    for b in range(243):
+        k = counts[b]
+        if k > 1:
+            klogk += k * np.log2(k)
+        squares += k * k
+    return np.log2(n) - klogk / n, squares / n
+
+
 def guess_score(matrix: np.ndarray, row: int, candidates: np.ndarray) -> tuple[float, float]:
-    """(entropy bits, expected candidates left) of one guess row over `candidates`."""
-    entropy, expected = score_guesses(matrix, np.array([row], dtype=np.int64), candidates)
-    return float(entropy[0]), float(expected[0])
+    """(entropy bits, expected candidates left) of one guess row over `candidates`.
+
+    One serial pass: a parallel launch costs more than the work for a single guess,
+    and SFT data scores every move it explains.
+    """
+    entropy, expected = _row_score(matrix[row], candidates)
+    return float(entropy), float(expected)

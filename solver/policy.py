@@ -123,6 +123,11 @@ class EntropySolver:
         return [Scored(self.lists.allowed[r], float(e), float(x), bool(c))
                 for r, e, x, c in zip(rows[:top], entropy[:top], expected[:top], is_cand[:top])]
 
+    def memo_tables(self) -> dict[str, dict[bytes, Decision]]:
+        """The memo, by key: positions played (`played`) and positions only looked at
+        while verifying a guess (`looked`); solver/decision_store.py keeps them on disk."""
+        return {"played": self._memo, "looked": self._quick}
+
     # -- internals -----------------------------------------------------------------
     def _root(self) -> GameState:
         return GameState(self.lists, self.matrix, self.secret_kind)

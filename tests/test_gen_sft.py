@@ -223,11 +223,14 @@ def test_thoughts_on_the_default_lists(tmp_path):
 
 
 def test_same_seed_same_bytes_other_seed_other_data(tmp_path, small_lists_files):
-    for name, seed in (("a", "11"), ("b", "11"), ("c", "12")):
-        gen(tmp_path / name, "--games", "50", "--seed", seed, lists=small_lists_files)
-    for split in SPLITS:
-        assert (tmp_path / "a" / f"{split}.jsonl").read_bytes() == (tmp_path / "b" / f"{split}.jsonl").read_bytes()
-    assert (tmp_path / "a" / "manifest.json").read_bytes() == (tmp_path / "b" / "manifest.json").read_bytes()
+    # "a" searches afresh (and stores its decisions), "b" replays them from disk, "b2" ignores them.
+    runs = {name: gen(tmp_path / name, "--games", "50", "--seed", seed, *extra, lists=small_lists_files)
+            for name, seed, extra in (("a", "11", ["--cold"]), ("b", "11", []), ("b2", "11", ["--cold"]),
+                                      ("c", "12", []))}
+    assert runs["b"]["stored_decisions_used"] > 0 and runs["b2"]["stored_decisions_used"] == 0
+    for other in ("b", "b2"):
+        for name in [f"{split}.jsonl" for split in SPLITS] + ["manifest.json"]:
+            assert (tmp_path / "a" / name).read_bytes() == (tmp_path / other / name).read_bytes()
     assert (tmp_path / "a" / "train.jsonl").read_bytes() != (tmp_path / "c" / "train.jsonl").read_bytes()
 
 
