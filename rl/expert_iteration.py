@@ -37,7 +37,7 @@ class EISettings:
     keep_per_state: int = 1  # most answers kept per state (best first)
     sft_steps: int = 2  # SFT updates per expert-iteration step
     batch_size: int = 4
-    learning_rate: float = 1e-5
+    learning_rate: float = 1e-4  # a LoRA adapter, a few SFT steps per round
 
 
 @dataclass(frozen=True)
