@@ -43,7 +43,7 @@ _STRICT = re.compile(r"\s*<think>(?:(?!<think>|</think>|<guess>|</guess>).)*</th
 
 def render_turn(number: int, guess: str, pattern: int) -> str:
     tiles = ", ".join(f"{letter.upper()} {TILE_WORDS[t]}" for letter, t in zip(guess, pattern_to_digits(pattern)))
-    return f"Guess {number}: {guess} -> {tiles}"
+    return f"Guess {number}: {guess.upper()} -> {tiles}"
 
 
 def render_state(state: GameState) -> str:

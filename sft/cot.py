@@ -4,10 +4,7 @@ A thought has three parts, each read off the game state or the solver's scores,
 never re-derived: what the feedback says (a compact form of `Constraints`), how many
 secrets still fit (listed when there are few), and why the guess (the information it
 gains in bits, the candidates expected to be left, whether it can be the answer; or
-"Only X remains."). Every token costs training time, so the text is terse.
-Words are written in lower case after a space, the form in which SmolLM2's tokenizer
-holds most of them as one or two whole-word tokens; in upper case they split into
-letter groups and a half-trained model wrote four-letter "words" (DALT for DEALT). SFT data
+"Only X remains."). Every token costs training time, so the text is terse. SFT data
 and RL's expert iteration both build targets with `expert_answer`.
 """
 
@@ -35,14 +32,14 @@ def thought(state: GameState, choice: Scored) -> str:
     parts = knowledge(state.constraints) if state.turns else ["No feedback yet."]
     count = len(state.candidates)
     if count == 1:
-        parts.append(f"Only {choice.word} remains.")
+        parts.append(f"Only {choice.word.upper()} remains.")
         return " ".join(parts)
     if count <= LIST_AT_MOST:
-        parts.append(f"{count} possible words: {', '.join(state.candidate_words())}.")
+        parts.append(f"{count} possible words: {', '.join(w.upper() for w in state.candidate_words())}.")
     else:
         parts.append(f"{count} possible words.")
     verdict = "could be the answer" if choice.is_candidate else "not a possible answer"
-    parts.append(f"Try {choice.word}: {choice.entropy:.1f} bits, ~{choice.expected_left:.1f} words left; "
+    parts.append(f"{choice.word.upper()}: {choice.entropy:.1f} bits, ~{choice.expected_left:.1f} words left; "
                  f"{verdict}.")
     return " ".join(parts)
 

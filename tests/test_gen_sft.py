@@ -31,7 +31,7 @@ from solver.state import MAX_GUESSES, state_from_history
 from solver.words import encode
 
 THOUGHT = re.compile(r"<think>(.*)</think><guess>([a-z]{5})</guess>")
-GUESS_LINE = re.compile(r"Guess (\d): ([a-z]{5}) -> (.*)")
+GUESS_LINE = re.compile(r"Guess (\d): ([A-Z]{5}) -> (.*)")
 WORD_TIMES = {"once": 1, "twice": 2}
 
 
@@ -142,15 +142,15 @@ def check_thought(thought: str, guess: str, state, lists, seen: set[str]) -> Non
         elif m := re.fullmatch(r"(\d+) possible words\.", sentence):
             assert int(m.group(1)) == len(candidates) > 6, sentence
             count_statements += 1
-        elif m := re.fullmatch(r"(\d+) possible words: ([a-z]{5}(?:, [a-z]{5})*)\.", sentence):
+        elif m := re.fullmatch(r"(\d+) possible words: ([A-Z]{5}(?:, [A-Z]{5})*)\.", sentence):
             assert int(m.group(1)) == len(candidates) <= 6 and letters(m.group(2)) == candidates, sentence
             count_statements += 1
             seen.add("listed")
-        elif m := re.fullmatch(r"Only ([a-z]{5}) remains\.", sentence):
+        elif m := re.fullmatch(r"Only ([A-Z]{5}) remains\.", sentence):
             assert candidates == [m.group(1).lower()] == [guess], sentence
             count_statements += 1
             seen.add("only")
-        elif m := re.fullmatch(r"Try ([a-z]{5}): (\d+\.\d) bits, ~(\d+\.\d) words left; "
+        elif m := re.fullmatch(r"([A-Z]{5}): (\d+\.\d) bits, ~(\d+\.\d) words left; "
                                r"(could be the answer|not a possible answer)\.", sentence):
             assert m.group(1).lower() == guess and len(candidates) > 1
             buckets = np.unique(build_pattern_matrix(encode([guess]), encode(candidates))[0], return_counts=True)[1]
@@ -341,4 +341,4 @@ def test_expert_answer_names_the_last_candidate():
     state = state_from_history(setup.lists, setup.matrix, [("salet", feedback("salet", "crane")),
                                                             ("crony", feedback("crony", "crane"))])
     answer = expert_answer(solver, state)
-    assert len(state.candidates) == 1 and answer.endswith("Only crane remains.</think><guess>crane</guess>")
+    assert len(state.candidates) == 1 and answer.endswith("Only CRANE remains.</think><guess>crane</guess>")
