@@ -1,8 +1,9 @@
 """Batched sampling with mlx-lm's BatchGenerator, stopping at `</guess>`.
 
 Eval asks for one answer per game; RL asks for a group of answers per position.
-For a group, the prompt is prefilled once and its KV cache shared by every member,
-so prefill work does not grow with the group size.
+The system message every prompt opens with is prefilled once per call; for a group,
+the prompt is prefilled once and its KV cache shared by every member, so prefill
+work does not grow with the group size.
 """
 
 from __future__ import annotations
@@ -43,13 +44,26 @@ def stop_sequences(tokenizer) -> StopSequences:
     return StopSequences(sequences)
 
 
-def _prefill(model, prompt: list[int]) -> list:
-    """KV cache of all but the last prompt token (the generator feeds that one)."""
+def _prefill(model, tokens: list[int], start: list | None = None) -> list:
+    """KV cache of `tokens`, continuing a copy of the cache `start` if given (which stays
+    as it was: a cache's arrays are replaced, never written in place, once it grows)."""
     cache = make_prompt_cache(model)
-    if len(prompt) > 1:
-        model(mx.array(prompt[:-1])[None], cache=cache)
+    if start is not None:
+        for layer, begun in zip(cache, start):
+            layer.state = begun.state
+    if tokens:
+        model(mx.array(tokens)[None], cache=cache)
         mx.eval([c.state for c in cache])
     return cache
+
+
+def shared_prefix_length(prompts: list[list[int]]) -> int:
+    """Tokens every prompt starts with, leaving each at least one token of its own."""
+    shortest = min(len(p) for p in prompts)
+    length = 0
+    while length < shortest - 1 and all(p[length] == prompts[0][length] for p in prompts):
+        length += 1
+    return length
 
 
 def sample(model, tokenizer, prompts: list[list[int]], group_size: int = 1,
@@ -58,19 +72,25 @@ def sample(model, tokenizer, prompts: list[list[int]], group_size: int = 1,
 
     Seed with `mx.random.seed` beforehand for reproducible samples.
     """
+    if not prompts:
+        return []
     sampler = make_sampler(temp=settings.temperature, top_p=settings.top_p)
     stops = stop_sequences(tokenizer)
     generator = BatchGenerator(model, stop_tokens=None, sampler=sampler,
                                completion_batch_size=batch_size, prefill_batch_size=min(8, batch_size))
+    # Every prompt opens with the same system message: its KV cache is computed once.
+    # A group's prompt is computed once too, and its members start from that cache.
+    start = shared_prefix_length(prompts)
+    prefix = _prefill(model, prompts[0][:start])
     flat_prompts: list[list[int]] = []
-    caches: list | None = [] if group_size > 1 else None
+    caches: list = []
     for prompt in prompts:
         if group_size > 1:
-            shared = _prefill(model, prompt)
             flat_prompts.extend([prompt[-1:]] * group_size)
-            caches.extend([shared] * group_size)
+            caches.extend([_prefill(model, prompt[start:-1], prefix)] * group_size)
         else:
-            flat_prompts.append(prompt)
+            flat_prompts.append(prompt[start:])
+            caches.append(prefix)
     uids = generator.insert(flat_prompts, [settings.max_tokens] * len(flat_prompts), caches=caches,
                             stop_sequences=[stops] * len(flat_prompts))
     tokens: dict[int, list[int]] = {uid: [] for uid in uids}
