@@ -16,12 +16,10 @@ from solver.state import GameState
 from solver.words import WordLists
 
 SYSTEM_PROMPT = (
-    "You are playing Wordle. Find the secret 5-letter English word in at most 6 guesses. "
-    "After each guess every letter gets feedback: green means the letter is in the word at that "
-    "position, yellow means it is in the word at another position, grey means it is not in the word "
-    "(or not as many times as guessed). Every guess must be a real 5-letter word. "
-    "Reply with a short reasoning inside <think></think>, then your guess inside <guess></guess>, "
-    "for example: <think>reasoning</think><guess>crane</guess>"
+    "You play Wordle: find the secret 5-letter word in at most 6 guesses. Each guessed letter gets "
+    "feedback: green = in the word at that spot, yellow = in the word at another spot, grey = not in "
+    "the word (or not that many times). Every guess must be a real word. "
+    "Answer as <think>short reasoning</think><guess>WORD</guess>"
 )
 
 TILE_WORDS = ("grey", "yellow", "green")
@@ -68,7 +66,10 @@ def prompt_tokens(tokenizer, state: GameState) -> list[int]:
 
 
 def format_answer(thought: str, guess: str) -> str:
-    return f"<think>{thought}</think><guess>{guess}</guess>"
+    """The guess in upper case, as the thought names it: the tag then copies the exact tokens
+    just written (SmolLM2 splits ` DEALT` and `DEALT` alike, but `dealt` differently, and a
+    half-trained model transcribing case wrote `dalt`). Parsing accepts either case."""
+    return f"<think>{thought}</think><guess>{guess.upper()}</guess>"
 
 
 @dataclass(frozen=True)

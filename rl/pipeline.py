@@ -40,7 +40,7 @@ class PipelineSettings:
     group_size: int = 4
     rl_games: int = 4
     eval_games: int = 16
-    max_tokens: int = 128
+    max_tokens: int = 160  # the longest solver answer is ~130 tokens
 
     def check(self) -> None:
         for name in ("sft_games", "sft_iters", "rl_steps", "group_size", "rl_games", "eval_games", "max_tokens"):

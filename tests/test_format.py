@@ -79,7 +79,9 @@ def test_parser(setup, text, guess, failure):
 
 def test_format_answer_roundtrip(setup):
     text = fmt.format_answer("Only CRANE fits.", "crane")
+    assert text.endswith("</think><guess>CRANE</guess>")  # the same case as the thought
     assert fmt.parse_answer(text, setup.lists) == fmt.Parsed("crane")
+    assert fmt.parse_answer(text.replace("CRANE</guess>", "crane</guess>"), setup.lists) == fmt.Parsed("crane")
 
 
 @settings(max_examples=400, deadline=None)

@@ -30,7 +30,7 @@ from solver.setup import load_setup
 from solver.state import MAX_GUESSES, state_from_history
 from solver.words import encode
 
-THOUGHT = re.compile(r"<think>(.*)</think><guess>([a-z]{5})</guess>")
+THOUGHT = re.compile(r"<think>(.*)</think><guess>([A-Z]{5})</guess>")
 GUESS_LINE = re.compile(r"Guess (\d): ([A-Z]{5}) -> (.*)")
 WORD_TIMES = {"once": 1, "twice": 2}
 
@@ -174,7 +174,8 @@ def check_examples(setup, solver, rows: list[tuple[str, list[dict]]]) -> set[str
         assert system["content"] == SYSTEM_PROMPT
         state = state_from_prompt(setup, user["content"], secret)
         assert not state.over
-        thought, guess = THOUGHT.fullmatch(assistant["content"]).groups()
+        thought, tagged = THOUGHT.fullmatch(assistant["content"]).groups()
+        guess = tagged.lower()
         assert guess == solver.choose(state)  # the target is the expert's move
         assert parse_answer(assistant["content"], setup.lists, state.guesses).ok
         check_thought(thought, guess, state, setup.lists, seen)
@@ -341,4 +342,4 @@ def test_expert_answer_names_the_last_candidate():
     state = state_from_history(setup.lists, setup.matrix, [("salet", feedback("salet", "crane")),
                                                             ("crony", feedback("crony", "crane"))])
     answer = expert_answer(solver, state)
-    assert len(state.candidates) == 1 and answer.endswith("Only CRANE remains.</think><guess>crane</guess>")
+    assert len(state.candidates) == 1 and answer.endswith("Only CRANE remains.</think><guess>CRANE</guess>")
