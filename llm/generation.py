@@ -22,7 +22,7 @@ STOP_TEXT = "</guess>"
 class SamplingSettings:
     temperature: float = 0.7
     top_p: float = 1.0
-    max_tokens: int = 160
+    max_tokens: int = 160  # the longest solver answer is ~130 tokens; a cut answer counts as malformed
 
 
 @dataclass(frozen=True)

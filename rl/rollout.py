@@ -31,7 +31,7 @@ class RolloutSettings:
     choose: str = "sampled"  # which member advances the game: "best" or "sampled"
     temperature: float = 1.0
     top_p: float = 1.0
-    max_tokens: int = 96
+    max_tokens: int = SamplingSettings.max_tokens  # room for the longest solver answer (~130 tokens)
     batch_size: int = 32  # sequences generated at once, across games and group members
     max_history: int = 4  # start states carry 0..max_history earlier turns (sft/states.py)
     off_policy: float = 0.5  # share of those turns played by a weaker stand-in, not the solver

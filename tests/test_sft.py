@@ -159,7 +159,7 @@ def test_cli_run_writes_metrics_adapter_and_summary(finished_run: Path, tiny_mod
     measured = [r for r in lines if "val_loss" in r]
     assert [r["step"] for r in measured] == [0, 3, 6]
     assert all(r["eval_games"] == 1 and 0.0 <= r["eval_format_valid_rate"] <= 1.0 for r in measured)
-    assert measured[-1]["val_loss"] < 0.8 * measured[0]["val_loss"]
+    assert measured[-1]["val_loss"] < 0.85 * measured[0]["val_loss"]
 
     summary = json.loads((finished_run.parent / "s.json").read_text())
     assert summary["steps"] == 6 and summary["final_val_loss"] == measured[-1]["val_loss"]
