@@ -19,7 +19,7 @@ SYSTEM_PROMPT = (
     "You play Wordle: find the secret 5-letter word in at most 6 guesses. Each guessed letter gets "
     "feedback: green = in the word at that spot, yellow = in the word at another spot, grey = not in "
     "the word (or not that many times). Every guess must be a real word. "
-    "Answer as <think>short reasoning</think><guess>WORD</guess>"
+    "Answer as <think>short reasoning</think><guess> word</guess>"
 )
 
 TILE_WORDS = ("grey", "yellow", "green")
@@ -41,7 +41,7 @@ _STRICT = re.compile(r"\s*<think>(?:(?!<think>|</think>|<guess>|</guess>).)*</th
 
 def render_turn(number: int, guess: str, pattern: int) -> str:
     tiles = ", ".join(f"{letter.upper()} {TILE_WORDS[t]}" for letter, t in zip(guess, pattern_to_digits(pattern)))
-    return f"Guess {number}: {guess.upper()} -> {tiles}"
+    return f"Guess {number}: {guess} -> {tiles}"
 
 
 def render_state(state: GameState) -> str:
@@ -66,10 +66,12 @@ def prompt_tokens(tokenizer, state: GameState) -> list[int]:
 
 
 def format_answer(thought: str, guess: str) -> str:
-    """The guess in upper case, as the thought names it: the tag then copies the exact tokens
-    just written (SmolLM2 splits ` DEALT` and `DEALT` alike, but `dealt` differently, and a
-    half-trained model transcribing case wrote `dalt`). Parsing accepts either case."""
-    return f"<think>{thought}</think><guess>{guess.upper()}</guess>"
+    """The guess as the thought names it, lower case after a space, so the tag repeats the
+    exact tokens just written (a half-trained model transcribing ` DEALT` into `dealt` wrote
+    `dalt`). Lower case because that is how words are spelled in what the model read: 57% of
+    the answers are one SmolLM2 token as ` crate`, none as ` CRATE` (2.6 tokens, fragments a
+    small model recombines into made-up words). Parsing accepts either case and spacing."""
+    return f"<think>{thought}</think><guess> {guess}</guess>"
 
 
 @dataclass(frozen=True)

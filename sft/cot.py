@@ -32,14 +32,14 @@ def thought(state: GameState, choice: Scored) -> str:
     parts = knowledge(state.constraints) if state.turns else ["No feedback yet."]
     count = len(state.candidates)
     if count == 1:
-        parts.append(f"Only {choice.word.upper()} remains.")
+        parts.append(f"Only {choice.word} remains.")
         return " ".join(parts)
     if count <= LIST_AT_MOST:
-        parts.append(f"{count} possible words: {', '.join(w.upper() for w in state.candidate_words())}.")
+        parts.append(f"{count} possible words: {', '.join(state.candidate_words())}.")
     else:
         parts.append(f"{count} possible words.")
     verdict = "could be the answer" if choice.is_candidate else "not a possible answer"
-    parts.append(f"{choice.word.upper()}: {choice.entropy:.1f} bits, ~{choice.expected_left:.1f} words left; "
+    parts.append(f"{choice.word}: {choice.entropy:.1f} bits, ~{choice.expected_left:.1f} words left; "
                  f"{verdict}.")
     return " ".join(parts)
 

@@ -32,7 +32,7 @@ def test_repeated_letters_render_in_plain_english(setup):
     # SPEED against ABIDE: the first E is yellow, the second grey; D is yellow.
     state = _state(setup, "abide", ["speed"])
     text = fmt.render_state(state)
-    assert "Guess 1: SPEED -> S grey, P grey, E yellow, E grey, D yellow" in text
+    assert "Guess 1: speed -> S grey, P grey, E yellow, E grey, D yellow" in text
     assert "- E is in the word exactly once, not at position 3 or 4." in text
     assert "- D is in the word at least once, not at position 5." in text
     assert "- Not in the word: P, S." in text
@@ -78,10 +78,10 @@ def test_parser(setup, text, guess, failure):
 
 
 def test_format_answer_roundtrip(setup):
-    text = fmt.format_answer("Only CRANE fits.", "crane")
-    assert text.endswith("</think><guess>CRANE</guess>")  # the same case as the thought
+    text = fmt.format_answer("Only crane fits.", "crane")
+    assert text.endswith(" crane fits.</think><guess> crane</guess>")  # the thought's own tokens, space included
     assert fmt.parse_answer(text, setup.lists) == fmt.Parsed("crane")
-    assert fmt.parse_answer(text.replace("CRANE</guess>", "crane</guess>"), setup.lists) == fmt.Parsed("crane")
+    assert fmt.parse_answer(text.replace(" crane</guess>", "CRANE</guess>"), setup.lists) == fmt.Parsed("crane")
 
 
 @settings(max_examples=400, deadline=None)
@@ -103,5 +103,5 @@ def test_prompt_goes_through_chat_template(tmp_path_factory, setup):
     _, tokenizer = load(str(cached_tiny_model(tmp_path_factory.mktemp("tiny"))))
     ids = fmt.prompt_tokens(tokenizer, _state(setup, "abide", ["speed"]))
     text = tokenizer.decode(ids)
-    assert "<|im_start|>system" in text and "SPEED -> S grey" in text
+    assert "<|im_start|>system" in text and "speed -> S grey" in text
     assert text.rstrip().endswith("<|im_start|>assistant")

@@ -30,8 +30,8 @@ from solver.setup import load_setup
 from solver.state import MAX_GUESSES, state_from_history
 from solver.words import encode
 
-THOUGHT = re.compile(r"<think>(.*)</think><guess>([A-Z]{5})</guess>")
-GUESS_LINE = re.compile(r"Guess (\d): ([A-Z]{5}) -> (.*)")
+THOUGHT = re.compile(r"<think>(.*)</think><guess> ([a-z]{5})</guess>")
+GUESS_LINE = re.compile(r"Guess (\d): ([a-z]{5}) -> (.*)")
 WORD_TIMES = {"once": 1, "twice": 2}
 
 
@@ -70,7 +70,7 @@ def state_from_prompt(setup, user: str, secret: str):
     for line in user.splitlines():
         match = GUESS_LINE.fullmatch(line)
         if match:
-            word = match.group(2).lower()
+            word = match.group(2)
             tiles = [TILE_WORDS.index(tile.split()[1]) for tile in match.group(3).split(", ")]
             assert int(match.group(1)) == len(history) + 1
             assert digits_to_pattern(tiles) == feedback(word, secret), (word, secret)
@@ -142,17 +142,17 @@ def check_thought(thought: str, guess: str, state, lists, seen: set[str]) -> Non
         elif m := re.fullmatch(r"(\d+) possible words\.", sentence):
             assert int(m.group(1)) == len(candidates) > 6, sentence
             count_statements += 1
-        elif m := re.fullmatch(r"(\d+) possible words: ([A-Z]{5}(?:, [A-Z]{5})*)\.", sentence):
-            assert int(m.group(1)) == len(candidates) <= 6 and letters(m.group(2)) == candidates, sentence
+        elif m := re.fullmatch(r"(\d+) possible words: ([a-z]{5}(?:, [a-z]{5})*)\.", sentence):
+            assert int(m.group(1)) == len(candidates) <= 6 and m.group(2).split(", ") == candidates, sentence
             count_statements += 1
             seen.add("listed")
-        elif m := re.fullmatch(r"Only ([A-Z]{5}) remains\.", sentence):
-            assert candidates == [m.group(1).lower()] == [guess], sentence
+        elif m := re.fullmatch(r"Only ([a-z]{5}) remains\.", sentence):
+            assert candidates == [m.group(1)] == [guess], sentence
             count_statements += 1
             seen.add("only")
-        elif m := re.fullmatch(r"([A-Z]{5}): (\d+\.\d) bits, ~(\d+\.\d) words left; "
+        elif m := re.fullmatch(r"([a-z]{5}): (\d+\.\d) bits, ~(\d+\.\d) words left; "
                                r"(could be the answer|not a possible answer)\.", sentence):
-            assert m.group(1).lower() == guess and len(candidates) > 1
+            assert m.group(1) == guess and len(candidates) > 1
             buckets = np.unique(build_pattern_matrix(encode([guess]), encode(candidates))[0], return_counts=True)[1]
             p = buckets / len(candidates)
             assert abs(float(m.group(2)) - float(-(p * np.log2(p)).sum())) <= 0.05 + 1e-9, sentence
@@ -174,8 +174,7 @@ def check_examples(setup, solver, rows: list[tuple[str, list[dict]]]) -> set[str
         assert system["content"] == SYSTEM_PROMPT
         state = state_from_prompt(setup, user["content"], secret)
         assert not state.over
-        thought, tagged = THOUGHT.fullmatch(assistant["content"]).groups()
-        guess = tagged.lower()
+        thought, guess = THOUGHT.fullmatch(assistant["content"]).groups()
         assert guess == solver.choose(state)  # the target is the expert's move
         assert parse_answer(assistant["content"], setup.lists, state.guesses).ok
         check_thought(thought, guess, state, setup.lists, seen)
@@ -342,4 +341,4 @@ def test_expert_answer_names_the_last_candidate():
     state = state_from_history(setup.lists, setup.matrix, [("salet", feedback("salet", "crane")),
                                                             ("crony", feedback("crony", "crane"))])
     answer = expert_answer(solver, state)
-    assert len(state.candidates) == 1 and answer.endswith("Only CRANE remains.</think><guess>CRANE</guess>")
+    assert len(state.candidates) == 1 and answer.endswith("Only crane remains.</think><guess> crane</guess>")
