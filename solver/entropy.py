@@ -15,7 +15,7 @@ from numba import njit, prange
 CHUNKS = 64  # work items of the row-wise parallel loop; each owns one histogram buffer
 BLOCK = 256  # guesses per work item of the candidate-wise loop
 FEW_CANDIDATES = 64  # below this, track touched buckets instead of sweeping all 243
-ROW_WISE_FROM = 1000  # with this many candidates, reading matrix rows is already sequential
+ROW_WISE_FROM = 100  # from here reading whole matrix rows beats the transposed copy (gen-sft cold: scorer 2.6 -> 2.0 s)
 
 
 def score_guesses(matrix: np.ndarray, rows: np.ndarray, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
