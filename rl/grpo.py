@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -62,15 +63,19 @@ def informative_groups(groups: list[Group]) -> list[Group]:
     return [g for g in groups if not g.rewards.tied]
 
 
-def collect_groups(play_round, wanted: int, max_rounds: int) -> tuple[Rollout, list[Group]]:
+def collect_groups(play_round, wanted: int, max_rounds: int,
+                   on_round: Callable[[int, int], None] = lambda done, kept: None) -> tuple[Rollout, list[Group]]:
     """Play fresh rounds of games until `wanted` informative groups exist (at most `max_rounds`).
 
-    `play_round()` plays one round of games and returns its Rollout. Returns every
-    game and group played, and the informative groups.
+    `play_round()` plays one round of games and returns its Rollout; `on_round(rounds
+    done, informative groups so far)` is told before each round (a round takes minutes on
+    a CPU: the progress display says which one is running). Returns every game and group
+    played, and the informative groups.
     """
     rollout = Rollout()
     kept: list[Group] = []
-    for _ in range(max_rounds):
+    for done in range(max_rounds):
+        on_round(done, len(kept))
         played = play_round()
         rollout.extend(played)
         kept.extend(informative_groups(played.groups))

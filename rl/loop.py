@@ -113,13 +113,16 @@ def run_rl(request: RunRequest) -> dict:
         return sample_start_states(setup, solver, secrets, n, rng, config.rollout.max_history,
                                    config.rollout.off_policy)
 
-    def grpo_step() -> dict:
+    def grpo_step(view: LiveView) -> dict:
         rollout_start = time.perf_counter()
+        wanted = config.grpo.groups_per_step
         rollout, kept = collect_groups(
             lambda: play(model, tokenizer, scorer, starts(config.rollout.games_per_round), config.rollout, rng),
-            config.grpo.groups_per_step, config.grpo.max_rollouts)
+            wanted, config.grpo.max_rollouts,
+            on_round=lambda done, found: view.status(f"rollout round {done + 1}, {found}/{wanted} groups"))
         update_start, rollout_peak = time.perf_counter(), mx.get_peak_memory()
         mx.reset_peak_memory()
+        view.status(f"update on {len(kept)} groups")
         figures = grpo.update(kept) if kept else {"skipped": "no informative group"}
         stats = rollout.stats()
         return {**stats, **figures, "groups": len(rollout.groups), "informative_groups": len(kept),
@@ -130,7 +133,8 @@ def run_rl(request: RunRequest) -> dict:
                 "gen_tokens_per_s": stats["answer_tokens"] / (update_start - rollout_start),
                 "secrets": sorted({g.secret for g in rollout.games})}
 
-    def ei_step() -> dict:
+    def ei_step(view: LiveView) -> dict:
+        view.status(f"sampling {config.ei.states_per_step} positions, then training")
         chosen = starts(config.ei.states_per_step)
         return {**ei.step(chosen, seed=int(rng.integers(2**31))), "secrets": sorted({s.secret for s in chosen})}
 
@@ -139,7 +143,8 @@ def run_rl(request: RunRequest) -> dict:
             phase = schedule.phase(step)
             mx.reset_peak_memory()
             began = time.perf_counter()
-            record = grpo_step() if phase == "grpo" else ei_step()
+            view.begin(step + 1, phase)
+            record = grpo_step(view) if phase == "grpo" else ei_step(view)
             seconds = time.perf_counter() - began
             record = {"step": step + 1, "phase": phase, **record, "seconds": seconds,
                       "tokens_per_s": (record["answer_tokens"] + record.get("trained_tokens", 0)) / seconds,

@@ -35,6 +35,7 @@ class LiveView:
     def __init__(self, total: int, done: int, show: bool) -> None:
         self.progress = progress_bar("steps", disable=not show, transient=False)
         self.task = self.progress.add_task("rl", total=total, completed=done)
+        self.step_label = "rl"
         self.live = Live(self.progress, refresh_per_second=4, transient=False) if show else None
 
     def __enter__(self) -> "LiveView":
@@ -47,6 +48,15 @@ class LiveView:
             self.live.__exit__(*exc)
             if not self.live.console.is_terminal:
                 self.live.console.line()  # redirected, the last frame is left without its newline
+
+    def begin(self, step: int, phase: str) -> None:
+        self.step_label = f"rl step {step} {phase}"
+        self.progress.update(self.task, description=self.step_label)
+
+    def status(self, doing: str) -> None:
+        """What the running step is doing now: a step takes minutes on a CPU, and the ETA
+        appears only after the first one."""
+        self.progress.update(self.task, description=f"{self.step_label}: {doing}")
 
     def update(self, record: dict) -> None:
         self.progress.update(self.task, advance=1, description=f"rl {record['phase']}")

@@ -34,7 +34,7 @@ from rl.grpo import (GrpoLearner, GrpoSettings, adapter_disabled, answer_logprob
                      group_advantages, group_batches, prompt_kv)
 from rl.loop import PhaseOptimizers, RunRequest, run_rl
 from rl.policy import load_policy
-from rl.report import curves, sparkline
+from rl.report import LiveView, curves, sparkline
 from rl.reward import RewardScorer
 from rl.rollout import Group, Rollout, RolloutSettings, play
 from rl.schedule import parse_schedule
@@ -115,8 +115,20 @@ def test_tied_groups_are_dropped_and_replaced(tiny_model_dir, setup, scorer):  #
     rounds = iter([Rollout([tied, tied]), Rollout([tied, signal]), Rollout([signal])])
     rollout, kept = collect_groups(lambda: next(rounds), wanted=1, max_rounds=5)
     assert kept == [signal] and len(rollout.groups) == 4  # stopped after the round that filled the batch
-    rollout, kept = collect_groups(lambda: Rollout([tied]), wanted=2, max_rounds=3)
+    told = []
+    rollout, kept = collect_groups(lambda: Rollout([tied]), wanted=2, max_rounds=3,
+                                   on_round=lambda done, found: told.append((done, found)))
     assert kept == [] and len(rollout.groups) == 3  # bounded attempts, then give up
+    assert told == [(0, 0), (1, 0), (2, 0)]  # the progress display hears of every round before it runs
+
+
+def test_live_view_says_what_the_running_step_does():
+    view = LiveView(total=4, done=1, show=False)
+    view.begin(2, "grpo")
+    view.status("rollout round 1, 0/4 groups")
+    assert view.progress.tasks[0].description == "rl step 2 grpo: rollout round 1, 0/4 groups"
+    view.update({"step": 2, "phase": "grpo"})
+    assert view.progress.tasks[0].completed == 2
 
 
 # ---- GRPO ---------------------------------------------------------------------------------
