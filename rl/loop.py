@@ -119,10 +119,10 @@ def run_rl(request: RunRequest) -> dict:
         rollout, kept = collect_groups(
             lambda: play(model, tokenizer, scorer, starts(config.rollout.games_per_round), config.rollout, rng),
             wanted, config.grpo.max_rollouts,
-            on_round=lambda done, found: view.status(f"rollout round {done + 1}, {found}/{wanted} groups"))
+            on_round=lambda done, found: view.status(f"round {done + 1}, {found}/{wanted} groups"))
         update_start, rollout_peak = time.perf_counter(), mx.get_peak_memory()
         mx.reset_peak_memory()
-        view.status(f"update on {len(kept)} groups")
+        view.status(f"update, {len(kept)} groups")
         figures = grpo.update(kept) if kept else {"skipped": "no informative group"}
         stats = rollout.stats()
         return {**stats, **figures, "groups": len(rollout.groups), "informative_groups": len(kept),
@@ -134,7 +134,7 @@ def run_rl(request: RunRequest) -> dict:
                 "secrets": sorted({g.secret for g in rollout.games})}
 
     def ei_step(view: LiveView) -> dict:
-        view.status(f"sampling {config.ei.states_per_step} positions, then training")
+        view.status(f"{config.ei.states_per_step} positions")
         chosen = starts(config.ei.states_per_step)
         return {**ei.step(chosen, seed=int(rng.integers(2**31))), "secrets": sorted({s.secret for s in chosen})}
 
