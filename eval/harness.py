@@ -3,7 +3,7 @@
 Games run in lock step: every round each unfinished game asks the player for one
 move, so a language model can answer all of them in one batched generation. An
 answer that does not parse, is not an accepted word, or repeats a guess is counted
-and not played; three such answers in a row lose the game.
+and not played, and the next prompt names it; three such answers in a row lose the game.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from eval.moves import Move, Player
 from llm.format import ALREADY_GUESSED as REPEAT
-from llm.format import FORMAT_FAILURES
+from llm.format import FORMAT_FAILURES, Rejection
 from llm.format import NOT_ALLOWED as INVALID_WORD
 from solver.entropy import guess_score, score_guesses
 from solver.feedback import pattern_to_string
@@ -41,7 +41,11 @@ class GameRecord:
     secret: str
     state: GameState
     moves: list[MoveRecord] = field(default_factory=list)
-    invalid_streak: int = 0
+    rejected: tuple[Rejection, ...] = ()  # answers refused since the last played guess
+
+    @property
+    def invalid_streak(self) -> int:
+        return len(self.rejected)
 
     @property
     def over(self) -> bool:
@@ -92,7 +96,7 @@ def play_games(player: Player, setup: Setup, secrets: list[str], measure_moves: 
         task = progress.add_task(f"{player.name}", total=len(games))
         active = list(games)
         while active:
-            moves = player.moves([g.state for g in active])
+            moves = player.moves([g.state for g in active], [g.rejected for g in active])
             for game, move in zip(active, moves):
                 _apply(game, move, setup, index[game.secret], meter)
             finished = [g for g in active if g.over]
@@ -111,9 +115,9 @@ def _apply(game: GameRecord, move: Move, setup: Setup, column: int, meter: Regre
     record = MoveRecord(move.guess, failure, move.text)
     game.moves.append(record)
     if failure is not None:
-        game.invalid_streak += 1
+        game.rejected += (Rejection(move.guess, failure),)
         return
-    game.invalid_streak = 0
+    game.rejected = ()
     if meter is not None:
         record.consistent = state.constraints.allows(move.guess)
         record.regret_bits, record.regret_expected = meter.regret(state, move.guess)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from llm.format import Rejection
 from solver.policy import Policy
 from solver.state import GameState
 
@@ -24,8 +25,9 @@ class Move:
 class Player(Protocol):
     name: str
 
-    def moves(self, states: list[GameState]) -> list[Move]:
-        """One move for each (unfinished) game, in the same order."""
+    def moves(self, states: list[GameState], rejected: list[tuple[Rejection, ...]]) -> list[Move]:
+        """One move for each (unfinished) game, in the same order; `rejected` holds each
+        game's answers refused since its last played guess."""
 
 
 class SolverPlayer:
@@ -35,5 +37,5 @@ class SolverPlayer:
         self.policy = policy
         self.name = policy.name
 
-    def moves(self, states: list[GameState]) -> list[Move]:
+    def moves(self, states: list[GameState], rejected: list[tuple[Rejection, ...]]) -> list[Move]:
         return [Move(self.policy.choose(state)) for state in states]

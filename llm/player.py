@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from eval.moves import Move
-from llm.format import parse_answer, prompt_tokens
+from llm.format import Rejection, parse_answer, prompt_tokens
 from llm.generation import SamplingSettings, sample
 from solver.state import GameState
 
@@ -20,8 +20,8 @@ class ModelPlayer:
         self.batch_size = batch_size
         mx.random.seed(seed)
 
-    def moves(self, states: list[GameState]) -> list[Move]:
-        prompts = [prompt_tokens(self.tokenizer, state) for state in states]
+    def moves(self, states: list[GameState], rejected: list[tuple[Rejection, ...]]) -> list[Move]:
+        prompts = [prompt_tokens(self.tokenizer, state, refused) for state, refused in zip(states, rejected)]
         completions = sample(self.model, self.tokenizer, prompts, 1, self.settings, self.batch_size)
         moves = []
         for state, (completion,) in zip(states, completions):

@@ -5,7 +5,7 @@ position, all games and all members in one batched generation (the prompt's KV
 cache is prefilled once per position and shared by its group). The kernel scores
 each group; one member is played — the best, or one drawn at random so later turns
 stay on-policy — and the games advance. An unplayable answer costs a turn's chance
-without being played; three in a row lose the game, as in eval.
+without being played (the next prompt names it); three in a row lose the game, as in eval.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eval.harness import MAX_INVALID_IN_A_ROW
-from llm.format import prompt_tokens
+from llm.format import Rejection, prompt_tokens
 from llm.generation import Completion, SamplingSettings, sample
 from rl.reward import COMPONENTS, GroupRewards, RewardScorer
 from sft.states import StartState
@@ -45,7 +45,11 @@ class RolloutSettings:
 class Game:
     secret: str
     state: GameState
-    invalid_streak: int = 0
+    rejected: tuple[Rejection, ...] = ()  # answers refused since the last played guess
+
+    @property
+    def invalid_streak(self) -> int:
+        return len(self.rejected)
 
     @property
     def over(self) -> bool:
@@ -105,7 +109,7 @@ def play(model, tokenizer, scorer: RewardScorer, starts: list[StartState],
     rollout = Rollout(games=games)
     active = [g for g in games if not g.over]
     while active:
-        prompts = [prompt_tokens(tokenizer, g.state) for g in active]
+        prompts = [prompt_tokens(tokenizer, g.state, g.rejected) for g in active]
         answers = sample(model, tokenizer, prompts, settings.group_size, settings.sampling, settings.batch_size)
         for game, prompt, completions in zip(active, prompts, answers):
             rewards = scorer.score([c.text for c in completions], game.state, game.secret)
@@ -119,8 +123,8 @@ def play(model, tokenizer, scorer: RewardScorer, starts: list[StartState],
 def _advance(game: Game, rewards: GroupRewards, pick: int, scorer: RewardScorer, column: int) -> None:
     parsed = rewards.parsed
     if not parsed.playable[pick]:
-        game.invalid_streak += 1
+        game.rejected += (Rejection(parsed.guesses[pick], parsed.failures[pick]),)
         return
-    game.invalid_streak = 0
+    game.rejected = ()
     row = int(parsed.rows[pick])
     game.state = game.state.play(parsed.guesses[pick], int(scorer.setup.matrix[row, column]))

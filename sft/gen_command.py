@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
+from sft.states import DEFAULT_REJECTED
 from solver.errors import UserError
 from solver.fileio import atomic_replace_dir, atomic_write_json
 from solver.options import json_option, solver_options, word_list_options
@@ -25,6 +26,9 @@ from solver.policy import SolverSettings
               help="Most earlier turns a prompt shows; start states get 0..N of them.")
 @click.option("--off-policy", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
               help="Chance that an earlier turn is not the solver's (a fitting or a random word).")
+@click.option("--rejected", type=click.FloatRange(0.0, 1.0), default=0.2, show_default=True,
+              help="Share of prompts that also name one or two answers refused at that turn, as eval "
+                   "and RL show them after a bad answer.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--model", default=None,
               help="Tokenizer for the token statistics (default: the default model's, if cached).")
@@ -33,15 +37,15 @@ from solver.policy import SolverSettings
               help="Ignore the solver's decisions stored by earlier runs (to time a first run).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @json_option
-def gen_sft(out, games, secrets, answers, allowed, hard, lookahead, top_k, max_history, off_policy, seed, model,
-            overwrite, cold, quiet, json_path) -> None:
+def gen_sft(out, games, secrets, answers, allowed, hard, lookahead, top_k, max_history, off_policy, rejected, seed,
+            model, overwrite, cold, quiet, json_path) -> None:
     """Play solver games and write one chain-of-thought example per solver turn, split by secret."""
     from rich.console import Console
 
     check_out_dir(Path(out), overwrite)
     settings = SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k)
     result = generate_dataset(Path(out), games, secrets, answers, allowed, settings, max_history, off_policy, seed,
-                              model, show_progress=not quiet, cold=cold)
+                              model, show_progress=not quiet, cold=cold, rejected=rejected)
     if json_path:
         atomic_write_json(json_path, result)
     Console().print(summary_table(result))
@@ -49,7 +53,8 @@ def gen_sft(out, games, secrets, answers, allowed, hard, lookahead, top_k, max_h
 
 def generate_dataset(out: Path, games: int, secret_kind: str, answers: str | None, allowed: str | None,
                      settings: SolverSettings, max_history: int, off_policy: float, seed: int,
-                     model: str | None, show_progress: bool = True, cold: bool = False) -> dict:
+                     model: str | None, show_progress: bool = True, cold: bool = False,
+                     rejected: float = DEFAULT_REJECTED) -> dict:
     """Play, write `out` atomically, and return the summary (also the body of manifest.json).
 
     The solver's decisions from earlier runs are read from disk (and new ones added)
@@ -79,7 +84,7 @@ def generate_dataset(out: Path, games: int, secret_kind: str, answers: str | Non
     progress = progress_bar("games", disable=not show_progress)
     with progress, (nullcontext(0) if cold else remembered(solver)) as stored_decisions:
         task = progress.add_task("gen-sft", total=len(dealt))
-        examples = play_examples(setup, solver, dealt, rng, max_history, off_policy,
+        examples = play_examples(setup, solver, dealt, rng, max_history, off_policy, rejected,
                                  on_game=lambda: progress.advance(task))
     played = time.perf_counter()
     prompt_tokens, answer_tokens = token_lengths(examples, tokenizer)
@@ -91,6 +96,7 @@ def generate_dataset(out: Path, games: int, secret_kind: str, answers: str | Non
         "games": games,
         "max_history": max_history,
         "off_policy": off_policy,
+        "rejected": rejected,
         "solver": {"name": solver.name, "hard": settings.hard, "lookahead": settings.lookahead,
                    "top_k": settings.top_k},
         "word_lists": {"fingerprint": setup.lists.fingerprint, "secrets": secret_kind,
@@ -139,15 +145,16 @@ def load_tokenizer(model: str | None):
 def summary_table(result: dict) -> Table:
     table = Table(title=f"gen-sft: {result['examples']:,} examples in {result['out']} "
                         f"({result['seconds']:.1f} s, {result['examples_per_second']:,.0f} examples/s)")
-    for column in ("split", "games", "secrets", "examples", "off-policy", "prompt tokens (mean/max)",
-                   "answer tokens (mean/max)"):
+    for column in ("split", "games", "secrets", "examples", "off-pol.", "refused", "prompt", "answer"):  # fits 80 columns
         table.add_column(column, justify="left" if column == "split" else "right")
     for split, row in result["splits"].items():
         prompt, answer = row["prompt_tokens"], row["answer_tokens"]
         table.add_row(split, f"{row['games']:,}", f"{row['secrets']:,}", f"{row['examples']:,}",
-                      f"{row['off_policy_examples']:,}", f"{prompt['mean']:.0f} / {prompt['max']}",
-                      f"{answer['mean']:.0f} / {answer['max']}")
-    table.caption = f"tokens: {result['tokenizer']}; solver: {result['solver']['name']}; seed {result['seed']}"
+                      f"{row['off_policy_examples']:,}", f"{row['rejected_examples']:,}",
+                      f"{prompt['mean']:.0f}/{prompt['max']}",
+                      f"{answer['mean']:.0f}/{answer['max']}")
+    table.caption = (f"prompt and answer: tokens, mean/max ({result['tokenizer']}); "
+                     f"solver: {result['solver']['name']}; seed {result['seed']}")
     return table
 
 

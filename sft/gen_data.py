@@ -20,9 +20,9 @@ from typing import Callable
 import numpy as np
 
 from eval.splits import trainable
-from llm.format import messages
+from llm.format import Rejection, messages
 from sft.cot import expert_move
-from sft.states import SOLVER, sample_start_state, secret_columns
+from sft.states import SOLVER, sample_rejections, sample_start_state, secret_columns
 from solver.errors import UserError
 from solver.policy import Policy
 from solver.setup import Setup
@@ -45,6 +45,7 @@ class Example:
     guess: str
     prompt: list[dict[str, str]]  # system + user
     answer: str
+    rejected: tuple[Rejection, ...] = ()  # answers the prompt names as refused at this turn
 
     @property
     def messages(self) -> list[dict[str, str]]:
@@ -89,12 +90,14 @@ def deal_games(pools: dict[str, list[str]], games: int, rng: np.random.Generator
 
 
 def play_examples(setup: Setup, solver: Policy, dealt: list[tuple[str, str]], rng: np.random.Generator,
-                  max_history: int, off_policy: float,
+                  max_history: int, off_policy: float, rejected: float = 0.0,
                   on_game: Callable[[], None] = lambda: None) -> list[Example]:
     """Play every dealt game from a sampled start state. Every solver move is one example
     (if its prompt shows at most `max_history` turns), except the moves of a history that
     is all solver so far: those positions are the solver's own path, which the games
-    starting there cover already."""
+    starting there cover already. A `rejected` share of the prompts also name one or two
+    answers refused at that turn (`sft.states.sample_rejections`); the target stays the
+    solver's move."""
     columns = secret_columns(setup)
     examples = []
     for game, (split, secret) in enumerate(dealt):
@@ -103,18 +106,22 @@ def play_examples(setup: Setup, solver: Policy, dealt: list[tuple[str, str]], rn
         state, off = setup.start, 0
         for turn, player in zip(start.state.turns, start.players):
             if player == SOLVER and off:  # a solver move off its own path: already computed, keep it
-                examples.append(_example(split, secret, game, state, off, *expert_move(solver, state)))
+                refused = sample_rejections(state, rng, rejected)
+                examples.append(_example(split, secret, game, state, off, refused, *expert_move(solver, state)))
             state, off = state.play(turn.guess, turn.pattern), off + (player != SOLVER)
         while not state.over and len(state.turns) <= max_history:
-            example = _example(split, secret, game, state, off, *expert_move(solver, state))
+            refused = sample_rejections(state, rng, rejected)
+            example = _example(split, secret, game, state, off, refused, *expert_move(solver, state))
             examples.append(example)
             state = state.play(example.guess, int(setup.matrix[setup.lists.index(example.guess), column]))
         on_game()
     return examples
 
 
-def _example(split: str, secret: str, game: int, state: GameState, off: int, guess: str, answer: str) -> Example:
-    return Example(split, secret, game, len(state.turns), off, len(state.candidates), guess, messages(state), answer)
+def _example(split: str, secret: str, game: int, state: GameState, off: int, refused: tuple[Rejection, ...],
+             guess: str, answer: str) -> Example:
+    return Example(split, secret, game, len(state.turns), off, len(state.candidates), guess,
+                   messages(state, refused), answer, refused)
 
 
 # -- token counts ---------------------------------------------------------------------
@@ -214,12 +221,14 @@ def write_dataset(folder: Path, examples: list[Example], manifest: dict) -> None
         "messages": List({"role": Value("string"), "content": Value("string")}),
         "secret": Value("string"), "game": Value("int32"), "turns": Value("int32"),
         "off_policy_turns": Value("int32"), "candidates": Value("int32"), "guess": Value("string"),
+        "rejected": List(Value("string")),
     })
     splits = {}
     for split in SPLITS:
         chosen = [e for e in examples if e.split == split]
         (folder / f"{split}.jsonl").write_text(jsonl(chosen), encoding="utf-8")
-        columns = {name: [getattr(e, name) for e in chosen] for name in features if name != "messages"}
+        columns = {name: [getattr(e, name) for e in chosen] for name in features if name not in ("messages", "rejected")}
+        columns["rejected"] = [[r.guess for r in e.rejected] for e in chosen]
         splits[split] = Dataset.from_dict({"messages": [e.messages for e in chosen], **columns}, features=features)
     disable_progress_bars()  # the command shows its own progress and summary
     try:
@@ -241,6 +250,7 @@ def split_summary(examples: list[Example], prompt_tokens: np.ndarray, answer_tok
             "secrets": len({e.secret for e in chosen}),
             "examples": len(chosen),
             "off_policy_examples": sum(e.off_policy_turns > 0 for e in chosen),
+            "rejected_examples": sum(bool(e.rejected) for e in chosen),
             "prompt_tokens": length_stats(prompt_tokens[mask]),
             "answer_tokens": length_stats(answer_tokens[mask]),
         }

@@ -16,9 +16,11 @@ import numpy as np
 
 from solver.policy import Policy
 from solver.setup import Setup
+from llm.format import ALREADY_GUESSED, NOT_ALLOWED, NOT_FIVE_LETTERS, Rejection
 from solver.state import MAX_GUESSES, GameState
 
 SOLVER, CANDIDATE, RANDOM = "solver", "candidate", "random"
+DEFAULT_REJECTED = 0.2  # share of examples whose prompt names answers refused at that turn
 CANDIDATE_SHARE = 2 / 3  # of the off-policy turns; the rest are random accepted words
 DEFAULT_OFF_POLICY = 0.5
 
@@ -68,6 +70,41 @@ def sample_start_states(setup: Setup, solver: Policy, secrets: list[str] | tuple
     picks = rng.integers(0, len(secrets), size=n)
     return [sample_start_state(setup, solver, secrets[i], columns[secrets[i]], rng, max_history, off_policy)
             for i in picks]
+
+
+def sample_rejections(state: GameState, rng: np.random.Generator, share: float = DEFAULT_REJECTED
+                      ) -> tuple[Rejection, ...]:
+    """With probability `share`, one or two answers refused at `state`, of the kinds a model
+    gets wrong: an earlier guess again, a real-looking word of 4 or 6 letters, a 5-letter
+    non-word. They teach what to do after a refusal: eval and RL name the refused answers
+    in the next prompt, and an unchanged model answers them again."""
+    if share <= 0 or rng.random() >= share:
+        return ()
+    count = 1 if rng.random() < 0.7 else 2
+    refused: list[Rejection] = []
+    for _ in range(count):
+        kinds = [NOT_FIVE_LETTERS, NOT_ALLOWED] + ([ALREADY_GUESSED] if state.turns else [])
+        kind = kinds[int(rng.integers(len(kinds)))]
+        word = _refused_word(kind, state, rng)
+        if word is not None and all(r.guess != word for r in refused):
+            refused.append(Rejection(word, kind))
+    return tuple(refused)
+
+
+def _refused_word(kind: str, state: GameState, rng: np.random.Generator) -> str | None:
+    """A word refused for `kind` at `state`, derived from a candidate so it looks like the
+    near misses models write (`tone`, `bronch`, `marve`); None if none was found."""
+    if kind == ALREADY_GUESSED:
+        return state.guesses[int(rng.integers(len(state.guesses)))]
+    near = state.secret_words[int(state.candidates[rng.integers(len(state.candidates))])]
+    if kind == NOT_FIVE_LETTERS:
+        return near[:4] if rng.random() < 0.5 else near + "sedry"[int(rng.integers(5))]
+    for _ in range(20):
+        spot, letter = int(rng.integers(5)), chr(ord("a") + int(rng.integers(26)))
+        word = near[:spot] + letter + near[spot + 1:]
+        if not state.lists.is_allowed(word):
+            return word
+    return None
 
 
 def _pick_player(rng: np.random.Generator, off_policy: float) -> str:

@@ -19,7 +19,8 @@ from llm_fixtures import tiny_model_dir  # noqa: F401
 
 from cli import cli
 from eval.splits import is_held_out, trainable
-from llm.format import SYSTEM_PROMPT, TILE_WORDS, parse_answer, render_state
+from llm.format import (REJECTION_REASONS, SYSTEM_PROMPT, TILE_WORDS, Rejection, format_answer, parse_answer,
+                        render_state)
 from sft.cot import expert_answer
 from sft.gen_data import SPLITS, secrets_by_split, split_of
 from sft.states import SOLVER, sample_start_states
@@ -32,6 +33,7 @@ from solver.words import encode
 
 THOUGHT = re.compile(r"<think>(.*)</think><guess> ([a-z]{5})</guess>")
 GUESS_LINE = re.compile(r"Guess (\d): ([a-z]{5}) -> (.*)")
+REFUSED = re.compile(r"Not accepted: (.*?)\.(?:\n| You have)")
 WORD_TIMES = {"once": 1, "twice": 2}
 
 
@@ -64,7 +66,23 @@ def small_data(tmp_path_factory, small_lists_files, tiny_model_dir):  # noqa: F8
 
 # -- the thought checker ---------------------------------------------------------------
 
-def state_from_prompt(setup, user: str, secret: str):
+def refused_in_prompt(user: str, state, lists, seen: set[str]) -> tuple[Rejection, ...]:
+    """The prompt's "Not accepted:" answers; each must really be refused at `state` for the
+    reason given (the parser is the judge), and never be what the solver then plays."""
+    match = REFUSED.search(user)
+    if match is None:
+        return ()
+    refused = []
+    for word, reason in re.findall(r"([a-z]+) \(([^)]+)\)", match.group(1)):
+        failure = next(kind for kind, text in REJECTION_REASONS.items() if text == reason)
+        assert parse_answer(format_answer("x", word), lists, state.guesses).failure == failure, (word, reason)
+        refused.append(Rejection(word, failure))
+        seen.add(f"refused {failure}")
+    assert 1 <= len(refused) <= 2
+    return tuple(refused)
+
+
+def state_from_prompt(setup, user: str, secret: str, seen: set[str] | None = None):
     """Rebuild the position from the prompt text; each tile must be the real feedback for `secret`."""
     history = []
     for line in user.splitlines():
@@ -76,7 +94,8 @@ def state_from_prompt(setup, user: str, secret: str):
             assert digits_to_pattern(tiles) == feedback(word, secret), (word, secret)
             history.append((word, digits_to_pattern(tiles)))
     state = state_from_history(setup.lists, setup.matrix, history, setup.secret_kind)
-    assert render_state(state) == user  # the prompt is exactly llm.format's rendering
+    refused = refused_in_prompt(user, state, setup.lists, set() if seen is None else seen)
+    assert render_state(state, refused) == user  # the prompt is exactly llm.format's rendering
     return state
 
 
@@ -172,7 +191,7 @@ def check_examples(setup, solver, rows: list[tuple[str, list[dict]]]) -> set[str
         system, user, assistant = messages
         assert [m["role"] for m in messages] == ["system", "user", "assistant"]
         assert system["content"] == SYSTEM_PROMPT
-        state = state_from_prompt(setup, user["content"], secret)
+        state = state_from_prompt(setup, user["content"], secret, seen)
         assert not state.over
         thought, guess = THOUGHT.fullmatch(assistant["content"]).groups()
         assert guess == solver.choose(state)  # the target is the expert's move
@@ -189,7 +208,10 @@ def test_every_thought_is_true_and_every_guess_is_the_solvers(small_data, small_
     rows = [(r["secret"], r["messages"]) for split in SPLITS for r in hf[split]]
     assert len(rows) == summary["examples"] > 400
     seen = check_examples(small_setup, small_setup.solver(SolverSettings()), rows)
-    assert seen >= {"start", "pattern", "not at", "absent", "listed", "only", "bits", "exact count"}
+    assert seen >= {"start", "pattern", "not at", "absent", "listed", "only", "bits", "exact count",
+                    "refused not_five_letters", "refused not_allowed", "refused already_guessed"}
+    refused = summary["splits"]["all"]["rejected_examples"]
+    assert 0.12 < refused / summary["examples"] < 0.28  # --rejected 0.2 by default
     turns = {r["turns"] for split in SPLITS for r in hf[split]}
     assert turns == set(range(MAX_GUESSES))  # 0..5 earlier turns with --max-history 5
     assert summary["splits"]["all"]["off_policy_examples"] > 100

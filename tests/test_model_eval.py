@@ -9,7 +9,7 @@ from cli import cli
 from eval.harness import MAX_INVALID_IN_A_ROW, evaluate
 from eval.moves import Move
 from eval.splits import held_out, is_held_out
-from llm.format import NOT_ALLOWED, format_answer, parse_answer
+from llm.format import NO_TAGS, NOT_ALLOWED, NOT_FIVE_LETTERS, Rejection, format_answer, parse_answer, render_state
 from llm.generation import SamplingSettings
 from llm.loading import load_model
 from llm.player import ModelPlayer
@@ -34,8 +34,10 @@ class TextPlayer:
 
     def __init__(self, answers):
         self.answers = answers
+        self.refused_seen = []  # the `rejected` argument of every call, per game
 
-    def moves(self, states):
+    def moves(self, states, rejected):
+        self.refused_seen.append(rejected)
         out = []
         for state in states:
             text = self.answers(state)
@@ -57,6 +59,20 @@ def test_three_invalid_in_a_row_lose(setup):
     summary, games = evaluate(player, setup, ["crane"], show_progress=False)
     assert len(games[0].moves) == MAX_INVALID_IN_A_ROW and games[0].moves[0].failure == NOT_ALLOWED
     assert summary["lost_to_invalid"] == 1 and summary["invalid_word_rate"] == 1.0
+
+
+def test_refused_answers_reach_the_next_prompt_until_a_guess_is_played(setup):
+    script = iter(["<think>x</think><guess>tone</guess>", "no tags", format_answer("x", "salet")])
+    player = TextPlayer(lambda s: next(script, format_answer("x", s.candidate_words()[0])))
+    evaluate(player, setup, ["crane"], show_progress=False)
+    seen = [refused[0] for refused in player.refused_seen]
+    assert seen[0] == ()
+    assert seen[1] == (Rejection("tone", NOT_FIVE_LETTERS),)
+    assert seen[2] == (Rejection("tone", NOT_FIVE_LETTERS), Rejection(None, NO_TAGS))
+    assert seen[3] == ()  # salet was played: a new turn starts with a clean slate
+    assert render_state(setup.start, seen[2]) == (
+        "This is the first guess. Not accepted: tone (not 5 letters), an answer (no <guess> tag). "
+        "You have 6 guesses left. What is your guess?")
 
 
 def test_repeats_and_consistency_are_measured(setup):

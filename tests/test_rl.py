@@ -246,10 +246,17 @@ def test_rollouts_play_whole_games_with_a_group_at_every_position(lora_model, se
     mx.random.seed(1)
     rollout = play(model, tokenizer, scorer, starts, settings, rng)
     assert len(rollout.games) == 2 and all(g.over for g in rollout.games)
+    assert len({g.secret for g in rollout.games}) == 2
     assert all(len(g.completions) == 3 and len(g.rewards.total) == 3 for g in rollout.groups)
     # The random tiny model never answers in format: each game ends after 3 unplayable answers.
     assert len(rollout.groups) == 6 and rollout.stats()["invalid_rate"] == 1.0
     assert {g.secret for g in rollout.groups} <= {"bunny", "crane"}
+    # Each refused answer is named in the game's next prompt, as eval does.
+    for game in rollout.games:
+        groups = [g for g in rollout.groups if g.secret == game.secret]
+        assert len(game.rejected) == 3
+        for k, group in enumerate(groups):
+            assert group.prompt == prompt_tokens(tokenizer, group.state, game.rejected[:k])
 
 
 def test_passing_answers_keep_good_samples_and_the_solver_move(setup, scorer, tiny_model_dir):  # noqa: F811
