@@ -5,7 +5,8 @@ mistakes lead to, and seed 001 saw win rates jump once prompts carried 0-4 turns
 history. So each earlier turn is played by the solver or, with probability
 `off_policy`, by a stand-in for a weaker player: a random word that still fits the
 feedback (a plausible human guess) or a random accepted word (a careless one). The
-SFT generator and RL both draw their start states here.
+SFT generator and RL both draw their start states here; the SFT generator also draws
+here the refused answers some of its prompts name.
 """
 
 from __future__ import annotations
