@@ -26,7 +26,7 @@ from solver.policy import SolverSettings
               help="Most earlier turns a prompt shows; start states get 0..N of them.")
 @click.option("--off-policy", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
               help="Chance that an earlier turn is not the solver's (a fitting or a random word).")
-@click.option("--rejected", type=click.FloatRange(0.0, 1.0), default=0.2, show_default=True,
+@click.option("--rejected", type=click.FloatRange(0.0, 1.0), default=DEFAULT_REJECTED, show_default=True,
               help="Share of prompts that also name one or two answers refused at that turn, as eval "
                    "and RL show them after a bad answer.")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -145,7 +145,8 @@ def load_tokenizer(model: str | None):
 def summary_table(result: dict) -> Table:
     table = Table(title=f"gen-sft: {result['examples']:,} examples in {result['out']} "
                         f"({result['seconds']:.1f} s, {result['examples_per_second']:,.0f} examples/s)")
-    for column in ("split", "games", "secrets", "examples", "off-pol.", "refused", "prompt", "answer"):  # fits 80 columns
+    # Short headers and a/b token figures keep the table within 80 columns.
+    for column in ("split", "games", "secrets", "examples", "off-pol.", "refused", "prompt", "answer"):
         table.add_column(column, justify="left" if column == "split" else "right")
     for split, row in result["splits"].items():
         prompt, answer = row["prompt_tokens"], row["answer_tokens"]

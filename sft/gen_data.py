@@ -227,7 +227,8 @@ def write_dataset(folder: Path, examples: list[Example], manifest: dict) -> None
     for split in SPLITS:
         chosen = [e for e in examples if e.split == split]
         (folder / f"{split}.jsonl").write_text(jsonl(chosen), encoding="utf-8")
-        columns = {name: [getattr(e, name) for e in chosen] for name in features if name not in ("messages", "rejected")}
+        columns = {name: [getattr(e, name) for e in chosen] for name in features
+                   if name not in ("messages", "rejected")}
         columns["rejected"] = [[r.guess for r in e.rejected] for e in chosen]
         splits[split] = Dataset.from_dict({"messages": [e.messages for e in chosen], **columns}, features=features)
     disable_progress_bars()  # the command shows its own progress and summary
