@@ -132,6 +132,8 @@ def summarise(games: list[GameRecord], seconds: float) -> dict:
     histogram["X"] = len(games) - len(wins)
     moves = [m for g in games for m in g.moves]
     played = [m for m in moves if m.failure is None]
+    # The answer right after a refused one: does the model give the refused word again?
+    retries = [(a, b) for g in games for a, b in zip(g.moves, g.moves[1:]) if a.failure is not None]
     measured = [m for m in played if m.consistent is not None]
 
     def rate(count: int, total: int) -> float | None:
@@ -152,6 +154,7 @@ def summarise(games: list[GameRecord], seconds: float) -> dict:
         "format_valid_rate": rate(sum(m.failure not in FORMAT_FAILURES for m in moves), len(moves)),
         "invalid_word_rate": rate(sum(m.failure == INVALID_WORD for m in moves), len(moves)),
         "repeat_rate": rate(sum(m.failure == REPEAT for m in moves), len(moves)),
+        "refused_again_rate": rate(sum(b.guess is not None and b.guess == a.guess for a, b in retries), len(retries)),
         "consistency_rate": rate(sum(bool(m.consistent) for m in measured), len(measured)),
         "mean_regret_bits": round(float(np.mean([m.regret_bits for m in measured])), 4) if measured else None,
         "mean_regret_expected_left": round(float(np.mean([m.regret_expected for m in measured])), 3) if measured else None,

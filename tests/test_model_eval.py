@@ -57,6 +57,7 @@ def test_games_end_after_six_guesses(setup):
 def test_three_invalid_in_a_row_lose(setup):
     player = TextPlayer(lambda s: "<think>x</think><guess>qqqqq</guess>")
     summary, games = evaluate(player, setup, ["crane"], show_progress=False)
+    assert summary["refused_again_rate"] == 1.0  # qqqqq, refused, then qqqqq twice more
     assert len(games[0].moves) == MAX_INVALID_IN_A_ROW and games[0].moves[0].failure == NOT_ALLOWED
     assert summary["lost_to_invalid"] == 1 and summary["invalid_word_rate"] == 1.0
 
@@ -64,7 +65,8 @@ def test_three_invalid_in_a_row_lose(setup):
 def test_refused_answers_reach_the_next_prompt_until_a_guess_is_played(setup):
     script = iter(["<think>x</think><guess>tone</guess>", "no tags", format_answer("x", "salet")])
     player = TextPlayer(lambda s: next(script, format_answer("x", s.candidate_words()[0])))
-    evaluate(player, setup, ["crane"], show_progress=False)
+    summary, _ = evaluate(player, setup, ["crane"], show_progress=False)
+    assert summary["refused_again_rate"] == 0.0  # after tone: no tags (no word); after that: salet
     seen = [refused[0] for refused in player.refused_seen]
     assert seen[0] == ()
     assert seen[1] == (Rejection("tone", NOT_FIVE_LETTERS),)
