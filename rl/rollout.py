@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from eval.harness import MAX_INVALID_IN_A_ROW
+from eval.harness import GameRecord
 from llm.format import Rejection, prompt_tokens
 from llm.generation import Completion, SamplingSettings, sample
 from rl.reward import COMPONENTS, GroupRewards, RewardScorer
@@ -41,21 +41,6 @@ class RolloutSettings:
         return SamplingSettings(self.temperature, self.top_p, self.max_tokens)
 
 
-@dataclass
-class Game:
-    secret: str
-    state: GameState
-    rejected: tuple[Rejection, ...] = ()  # answers refused since the last played guess
-
-    @property
-    def invalid_streak(self) -> int:
-        return len(self.rejected)
-
-    @property
-    def over(self) -> bool:
-        return self.state.over or self.invalid_streak >= MAX_INVALID_IN_A_ROW
-
-
 @dataclass(frozen=True)
 class Group:
     """The answers sampled at one position, with their rewards."""
@@ -70,7 +55,7 @@ class Group:
 @dataclass
 class Rollout:
     groups: list[Group] = field(default_factory=list)
-    games: list[Game] = field(default_factory=list)
+    games: list[GameRecord] = field(default_factory=list)
 
     def extend(self, other: "Rollout") -> None:
         self.groups.extend(other.groups)
@@ -103,7 +88,7 @@ def choose_member(rewards: GroupRewards, how: str, rng: np.random.Generator) -> 
 def play(model, tokenizer, scorer: RewardScorer, starts: list[StartState],
          settings: RolloutSettings, rng: np.random.Generator) -> Rollout:
     """Play every start state to the end; returns each position's group and each game."""
-    games = [Game(s.secret, s.state) for s in starts]
+    games = [GameRecord(s.secret, s.state) for s in starts]
     columns = scorer.setup.lists.secrets(scorer.setup.secret_kind)
     column_of = {w: i for i, w in enumerate(columns)}
     rollout = Rollout(games=games)
@@ -120,7 +105,7 @@ def play(model, tokenizer, scorer: RewardScorer, starts: list[StartState],
     return rollout
 
 
-def _advance(game: Game, rewards: GroupRewards, pick: int, scorer: RewardScorer, column: int) -> None:
+def _advance(game: GameRecord, rewards: GroupRewards, pick: int, scorer: RewardScorer, column: int) -> None:
     parsed = rewards.parsed
     if not parsed.playable[pick]:
         game.rejected += (Rejection(parsed.guesses[pick], parsed.failures[pick]),)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llm.format import ALREADY_GUESSED, NOT_ALLOWED, NOT_FIVE_LETTERS, Rejection
 from solver.policy import Policy
 from solver.setup import Setup
-from llm.format import ALREADY_GUESSED, NOT_ALLOWED, NOT_FIVE_LETTERS, Rejection
 from solver.state import MAX_GUESSES, GameState
 
 SOLVER, CANDIDATE, RANDOM = "solver", "candidate", "random"
