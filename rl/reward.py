@@ -27,7 +27,8 @@ import numpy as np
 from numba import njit
 
 from llm.format import ALREADY_GUESSED, FORMAT_FAILURES, parse_answer
-from solver.entropy import score_guesses, score_rows
+from solver.entropy import score_rows
+from solver.entropy_bound import EntropyBound
 from solver.feedback import WIN, feedback_code
 from solver.setup import Setup
 from solver.state import MAX_GUESSES, GameState
@@ -174,6 +175,7 @@ class RewardScorer:
         self.weights = weights
         self._weights = weights.vector()
         self._all_rows = np.arange(len(setup.lists.allowed), dtype=np.int64)
+        self._bound = EntropyBound.for_lists(setup.lists, setup.secret_kind)
         self._columns = {w: i for i, w in enumerate(setup.lists.secrets(setup.secret_kind))}
         self._best: OrderedDict[bytes, float] = OrderedDict()
         self._memo_size = memo_size
@@ -183,8 +185,9 @@ class RewardScorer:
         if key in self._best:
             self._best.move_to_end(key)
             return self._best[key]
-        entropy, _ = score_guesses(self.setup.matrix, self._all_rows, state.candidates)
-        best = float(entropy.max()) if len(entropy) else 0.0
+        best = 0.0
+        if len(state.candidates):
+            _, best = self._bound.most_informative(self.setup.matrix, self._all_rows, state.candidates)
         self._best[key] = best
         if len(self._best) > self._memo_size:
             self._best.popitem(last=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -74,9 +75,11 @@ def generate_dataset(out: Path, games: int, secret_kind: str, answers: str | Non
     # Start-up work stays off the clock, which times the per-example work: the opener
     # (computed once, then cached), the compiled kernels' load, the datasets import.
     solver.opener()
+    solver.load_kernels()
     guess_score(setup.matrix, 0, setup.start.candidates)
     import datasets  # noqa: F401
     tokenizer, tokenizer_name = load_tokenizer(model)
+    gc.freeze()  # the start-up's objects (transformers, datasets) stay out of the run's collections
     rng = np.random.default_rng(seed)
     dealt = deal_games(secrets_by_split(setup.lists.secrets(secret_kind)), games, rng)
 

@@ -146,7 +146,7 @@ def token_lengths(examples: list[Example], tokenizer) -> tuple[np.ndarray, np.nd
 
 VERIFY_SAMPLE = 64  # examples whose fast token counts are checked against the full chat template
 _MARK_USER, _MARK_ANSWER = "\ue000", "\ue001"
-_SEAMS = re.compile(r"\n|(?<=\.)(?= )")  # line breaks, and the space after a full stop
+_PIECE = re.compile(r"\n| ?[^ \n]+| ")  # a line break, or a word with the space before it
 
 
 def _exact_lengths(examples: list[Example], tokenizer) -> tuple[np.ndarray, np.ndarray]:
@@ -158,11 +158,10 @@ def _exact_lengths(examples: list[Example], tokenizer) -> tuple[np.ndarray, np.n
 
 def _piecewise_lengths(examples: list[Example], tokenizer) -> tuple[np.ndarray, np.ndarray] | None:
     """The same counts, summed over pieces that repeat across examples: the template's fixed
-    parts, and the lines and sentences of each prompt and answer, each distinct piece
-    tokenized once. Exact when the template is `head + user + middle + answer + tail` and
-    the tokenizer never merges across a line break or the space after a full stop (true of
-    byte-level BPE, which pre-splits there; the caller checks a sample against
-    `_exact_lengths`). None when the template is not of that shape."""
+    parts, and the words of each prompt and answer, each distinct piece tokenized once.
+    Exact when the template is `head + user + middle + answer + tail` and the tokenizer
+    never merges across a line break or into the space before a word (true of byte-level
+    BPE, which pre-splits there; the caller checks a sample against `_exact_lengths`). None when the template is not of that shape."""
     system = examples[0].prompt[0]
     backend = getattr(tokenizer, "backend_tokenizer", None)  # a fast (Rust) tokenizer batches well
     if backend is None or any(e.prompt[0] != system for e in examples):
@@ -186,16 +185,9 @@ def _piecewise_lengths(examples: list[Example], tokenizer) -> tuple[np.ndarray, 
 
 
 def _pieces(text: str) -> list[str]:
-    """`text` cut at its seams: line breaks stand alone, a sentence keeps its full stop and
-    the next one starts with its space."""
-    pieces, start = [], 0
-    for seam in _SEAMS.finditer(text):
-        pieces.append(text[start:seam.start()])
-        if seam.group():
-            pieces.append(seam.group())
-        start = seam.end()
-    pieces.append(text[start:])
-    return [piece for piece in pieces if piece]
+    """`text` cut before every space and around line breaks: the pieces byte-level BPE
+    pre-splits at, so that words, numbers and template parts repeat across examples."""
+    return _PIECE.findall(text)
 
 
 def length_stats(lengths: np.ndarray) -> dict:

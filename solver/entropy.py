@@ -143,7 +143,7 @@ def bucket_sizes(row: np.ndarray, columns: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True)
-def _row_score(row: np.ndarray, columns: np.ndarray) -> tuple[float, float]:
+def row_score(row: np.ndarray, columns: np.ndarray) -> tuple[float, float]:
     n = columns.shape[0]
     if n == 0:
         return 0.0, 0.0
@@ -163,5 +163,5 @@ def guess_score(matrix: np.ndarray, row: int, candidates: np.ndarray) -> tuple[f
     One serial pass: a parallel launch costs more than the work for a single guess,
     and SFT data scores every move it explains.
     """
-    entropy, expected = _row_score(matrix[row], candidates)
+    entropy, expected = row_score(matrix[row], candidates)
     return float(entropy), float(expected)

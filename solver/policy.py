@@ -20,6 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from solver.entropy import score_guesses
+from solver.entropy_bound import EntropyBound
 from solver.fileio import atomic_write_json, cache_dir
 from solver.feedback import WIN
 from solver.lookahead import FAIL_PENALTY, LOSS_LINE, distinct_splits, lookahead_costs
@@ -94,10 +95,12 @@ class EntropySolver:
         self.name = f"solver-{settings.label}"
         self._memo: dict[bytes, Decision] = {}
         self._quick: dict[bytes, Decision] = {}
+        self._opener: str | None = None
         self._letter_counts = _letter_counts(self.lists.allowed_codes)
         self._candidate_rows = (
             self.lists.answer_rows if self.secret_kind == "answers" else np.arange(len(self.lists.allowed))
         )
+        self._bound = EntropyBound.for_lists(self.lists, self.secret_kind)
 
     # -- public --------------------------------------------------------------------
     def choose(self, state: GameState) -> str:
@@ -106,7 +109,13 @@ class EntropySolver:
         return self.lists.allowed[self._solve(state).row]
 
     def opener(self) -> str:
-        """First guess, computed once per word lists, secret list and settings, then read from disk."""
+        """First guess, computed once per word lists, secret list and settings, then read from
+        disk once per solver (every game starts here)."""
+        if self._opener is None:
+            self._opener = self._stored_opener()
+        return self._opener
+
+    def _stored_opener(self) -> str:
         path = cache_dir() / "openers.json"
         key = f"{self.lists.fingerprint}-{self.secret_kind}-{self.settings.label}-v{OPENER_VERSION}"
         known = json.loads(path.read_text()) if path.exists() else {}
@@ -116,6 +125,18 @@ class EntropySolver:
             known[key] = best_opener(self.choose, root, shortlist)
             atomic_write_json(path, known)
         return known[key]
+
+    def load_kernels(self) -> None:
+        """Play one game with a throwaway solver of the same settings, so that the
+        compiled kernels a decision uses are loaded (numba reads them from its disk
+        cache on first call, about half a second in all) while this solver's memo
+        stays empty: a timed run then measures decisions, not start-up."""
+        throwaway = EntropySolver(self._root(), self.settings)
+        throwaway._opener = self.opener()
+        state = self._root()
+        while not state.over:
+            guess = throwaway.choose(state)
+            state = state.play(guess, int(self.matrix[self.lists.index(guess), 0]))
 
     def rank(self, state: GameState, top: int = 5) -> list[Scored]:
         """The best guesses at `state` by entropy, as the solver sees them."""
@@ -143,12 +164,11 @@ class EntropySolver:
 
     def _greedy_row(self, state: GameState) -> int:
         """The first row `_by_entropy` would rank, without sorting all 12,972 guesses
-        (the sort cost more than the scoring in small positions)."""
-        rows = self._legal_rows(state)
-        entropy, _ = score_guesses(self.matrix, rows, state.candidates)
-        tied = np.flatnonzero(entropy == entropy.max())
-        tied_candidates = tied[self._is_candidate_row(state)[rows[tied]]]
-        return int(rows[(tied_candidates if len(tied_candidates) else tied)[0]])
+        (the sort cost more than the scoring in small positions) and, in large
+        positions, without scoring the guesses whose letters cannot reach the best."""
+        tied, _ = self._bound.most_informative(self.matrix, self._legal_rows(state), state.candidates)
+        tied_candidates = tied[self._is_candidate_row(state)[tied]]
+        return int((tied_candidates if len(tied_candidates) else tied)[0])
 
     def _solve(self, state: GameState, widen: bool = True) -> Decision:
         """The decision at `state`, memoised.
