@@ -23,9 +23,13 @@ from solver.options import json_option, solver_options, word_list_options
 @click.option("--compare", nargs=2, type=click.Path(dir_okay=False), default=None,
               help="Show two eval JSON files side by side instead of playing.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--constrain-guess", is_flag=True,
+              help="Decode the model's <guess> tag within the allowed words not yet played: measures its play "
+                   "apart from its vocabulary (format-valid is then not the model's own).")
 @model_options
 def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lookahead, top_k,
-                 json_path, compare, quiet, model, adapter, temperature, top_p, max_tokens, batch_size) -> None:
+                 json_path, compare, quiet, constrain_guess, model, adapter, temperature, top_p, max_tokens,
+                 batch_size) -> None:
     """Play every secret (or --games N of them) and report win rate, guesses and move quality."""
     from rich.console import Console
 
@@ -42,7 +46,10 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
     policy = policy or ("model" if model else "solver")
     if policy == "model" and not model:
         raise UserError("--policy model needs --model PATH|default")
-    spec = ModelSpec(model, adapter, SamplingSettings(temperature, top_p, max_tokens), batch_size) if model else None
+    if constrain_guess and policy != "model":
+        raise UserError("--constrain-guess applies to a model (--model PATH|default)")
+    spec = ModelSpec(model, adapter, SamplingSettings(temperature, top_p, max_tokens), batch_size,
+                     constrain_guess) if model else None
     result = run_eval(policy, secrets, answers, allowed, split, games, seed,
                       SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k), json_path, not quiet, spec)
     show_result(result)

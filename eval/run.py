@@ -21,17 +21,20 @@ class ModelSpec:
     adapter: str | None
     sampling: "SamplingSettings"
     batch_size: int = 32
+    constrain_guess: bool = False  # decode the guess tag within the allowed words (not the model's own rate)
 
     @property
     def name(self) -> str:
-        return self.model + (f"+{self.adapter}" if self.adapter else "")
+        name = self.model + (f"+{self.adapter}" if self.adapter else "")
+        return name + (" [guess constrained]" if self.constrain_guess else "")
 
-    def player(self, seed: int) -> Player:
+    def player(self, seed: int, allowed: tuple[str, ...] = ()) -> Player:
         from llm.loading import load_model
         from llm.player import ModelPlayer
 
         model, tokenizer = load_model(self.model, self.adapter)
-        return ModelPlayer(model, tokenizer, self.name, self.sampling, seed, self.batch_size)
+        return ModelPlayer(model, tokenizer, self.name, self.sampling, seed, self.batch_size,
+                           allowed if self.constrain_guess else None)
 
 
 def choose_secrets(words: tuple[str, ...], split: str, games: int | None, seed: int) -> list[str]:
@@ -52,12 +55,12 @@ def run_eval(policy: str, secret_kind: str, answers: str | None, allowed: str | 
         player: Player = solver_player
     else:
         split = split or "heldout"
-        player = model.player(seed)
+        player = model.player(seed, setup.lists.allowed)
     secrets = choose_secrets(setup.lists.secrets(secret_kind), split, games, seed)
     result = play_and_summarise(player, setup, secrets, measure_moves=policy != "solver",
                                 show_progress=show_progress)
     result = {"policy": player.name, "secrets": secret_kind, "split": split, "seed": seed,
-              "hard": settings.hard, **result}
+              "hard": settings.hard, "guess_constrained": bool(model and model.constrain_guess), **result}
     if json_path:
         atomic_write_json(json_path, result)
     return result

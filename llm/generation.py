@@ -9,6 +9,7 @@ work does not grow with the group size.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, StopSequences
@@ -67,8 +68,10 @@ def shared_prefix_length(prompts: list[list[int]]) -> int:
 
 
 def sample(model, tokenizer, prompts: list[list[int]], group_size: int = 1,
-           settings: SamplingSettings = SamplingSettings(), batch_size: int = 32) -> list[list[Completion]]:
-    """`group_size` completions for each prompt, in prompt order.
+           settings: SamplingSettings = SamplingSettings(), batch_size: int = 32,
+           processors: list[Callable] | None = None) -> list[list[Completion]]:
+    """`group_size` completions for each prompt, in prompt order; `processors` (one logits
+    processor per prompt, group size 1) steer each prompt's tokens.
 
     Seed with `mx.random.seed` beforehand for reproducible samples.
     """
@@ -92,7 +95,8 @@ def sample(model, tokenizer, prompts: list[list[int]], group_size: int = 1,
             flat_prompts.append(prompt[start:])
             caches.append(prefix)
     uids = generator.insert(flat_prompts, [settings.max_tokens] * len(flat_prompts), caches=caches,
-                            stop_sequences=[stops] * len(flat_prompts))
+                            stop_sequences=[stops] * len(flat_prompts),
+                            logits_processors=[[p] for p in processors] if processors else None)
     tokens: dict[int, list[int]] = {uid: [] for uid in uids}
     reasons: dict[int, str] = {}
     while responses := generator.next_generated():

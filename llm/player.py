@@ -7,22 +7,31 @@ import mlx.core as mx
 from eval.moves import Move
 from llm.format import Rejection, parse_answer, prompt_tokens
 from llm.generation import SamplingSettings, sample
+from llm.guess_constraint import GuessVocabulary
 from solver.state import GameState
 
 
 class ModelPlayer:
+    """Plays with the model's own answers; with `guess_words`, the guess tag is decoded
+    within those words (minus the game's guesses and refusals: llm/guess_constraint.py)."""
+
     def __init__(self, model, tokenizer, name: str, settings: SamplingSettings = SamplingSettings(),
-                 seed: int = 0, batch_size: int = 32) -> None:
+                 seed: int = 0, batch_size: int = 32, guess_words: tuple[str, ...] | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
         self.settings = settings
         self.batch_size = batch_size
+        self.vocabulary = GuessVocabulary(tokenizer, guess_words) if guess_words else None
         mx.random.seed(seed)
 
     def moves(self, states: list[GameState], rejected: list[tuple[Rejection, ...]]) -> list[Move]:
         prompts = [prompt_tokens(self.tokenizer, state, refused) for state, refused in zip(states, rejected)]
-        completions = sample(self.model, self.tokenizer, prompts, 1, self.settings, self.batch_size)
+        processors = None
+        if self.vocabulary is not None:
+            processors = [self.vocabulary.processor(self.tokenizer, {*state.guesses, *(r.guess for r in refused)})
+                          for state, refused in zip(states, rejected)]
+        completions = sample(self.model, self.tokenizer, prompts, 1, self.settings, self.batch_size, processors)
         moves = []
         for state, (completion,) in zip(states, completions):
             parsed = parse_answer(completion.text, state.lists, state.guesses)
