@@ -19,13 +19,13 @@ from typing import Protocol
 
 import numpy as np
 
-from solver.entropy import score_guesses
+from solver.entropy import ROW_WISE_FROM, score_guesses
 from solver.entropy_bound import EntropyBound
 from solver.fileio import atomic_write_json, cache_dir
 from solver.feedback import WIN
 from solver.lookahead import FAIL_PENALTY, LOSS_LINE, distinct_splits, lookahead_costs
 from solver.opener import OPENER_VERSION, best_opener, opener_shortlist_size
-from solver.state import GameState
+from solver.state import MAX_GUESSES, GameState
 
 POOL_SIZE = 400  # follow-up guesses the lookahead tries: the best splitters of the position
 DEPTH = 2  # guesses searched before the estimate (exact anyway once two guesses are left)
@@ -127,16 +127,30 @@ class EntropySolver:
         return known[key]
 
     def load_kernels(self) -> None:
-        """Play one game with a throwaway solver of the same settings, so that the
-        compiled kernels a decision uses are loaded (numba reads them from its disk
-        cache on first call, about half a second in all) while this solver's memo
-        stays empty: a timed run then measures decisions, not start-up."""
+        """Decide a few positions with a throwaway solver of the same settings, so that the
+        compiled kernels a decision uses are loaded (numba reads them from its disk cache
+        on first call, about half a second in all; in a fresh checkout it compiles them,
+        about 15 s) while this solver's memo stays empty: a timed run then measures
+        decisions, not start-up. The positions: the solver's own game against the first
+        secret, and those after one, two and three weak guesses (the list's first words):
+        large positions, and an endgame, where even greedy play searches ahead."""
+        for size in (1, ROW_WISE_FROM):  # the scorer's two kernels, by candidate count
+            score_guesses(self.matrix, np.arange(1), np.arange(min(size, self.matrix.shape[1])))
         throwaway = EntropySolver(self._root(), self.settings)
         throwaway._opener = self.opener()
         state = self._root()
         while not state.over:
             guess = throwaway.choose(state)
             state = state.play(guess, int(self.matrix[self.lists.index(guess), 0]))
+        for column in range(self.matrix.shape[1]):
+            state = self._root()
+            for row in range(MAX_GUESSES - ENDGAME_TURNS):
+                state = state.play(self.lists.allowed[row], int(self.matrix[row, column]))
+                if state.won or len(state.candidates) <= 2:
+                    break
+                throwaway.choose(state)
+            else:
+                return
 
     def rank(self, state: GameState, top: int = 5) -> list[Scored]:
         """The best guesses at `state` by entropy, as the solver sees them."""
