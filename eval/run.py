@@ -26,7 +26,7 @@ class ModelSpec:
     @property
     def name(self) -> str:
         name = self.model + (f"+{self.adapter}" if self.adapter else "")
-        return name + (" [guess constrained]" if self.constrain_guess else "")
+        return name + (" (guess constrained)" if self.constrain_guess else "")
 
     def player(self, seed: int, allowed: tuple[str, ...] = ()) -> Player:
         from llm.loading import load_model

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -94,3 +96,13 @@ def test_generated_guesses_are_playable(model_and_tokenizer):
 def test_eval_flag_is_for_models_only():
     result = CliRunner().invoke(cli, ["eval", "--constrain-guess", "--games", "1"])
     assert result.exit_code == 2 and "--constrain-guess applies to a model" in result.output
+
+
+def test_eval_says_the_guess_was_constrained(tiny_model_dir, tmp_path):  # noqa: F811
+    out = tmp_path / "eval.json"
+    result = CliRunner().invoke(cli, ["eval", "--model", str(tiny_model_dir), "--games", "1", "--max-tokens", "8",
+                                      "--constrain-guess", "--quiet", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["guess_constrained"] is True and data["policy"].endswith("(guess constrained)")
+    assert "(guess constrained)" in result.output  # shown, not eaten as rich markup
