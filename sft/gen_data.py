@@ -161,7 +161,8 @@ def _piecewise_lengths(examples: list[Example], tokenizer) -> tuple[np.ndarray, 
     parts, and the words of each prompt and answer, each distinct piece tokenized once.
     Exact when the template is `head + user + middle + answer + tail` and the tokenizer
     never merges across a line break or into the space before a word (true of byte-level
-    BPE, which pre-splits there; the caller checks a sample against `_exact_lengths`). None when the template is not of that shape."""
+    BPE, which pre-splits there; the caller checks a sample against `_exact_lengths`).
+    None when the template is not of that shape."""
     system = examples[0].prompt[0]
     backend = getattr(tokenizer, "backend_tokenizer", None)  # a fast (Rust) tokenizer batches well
     if backend is None or any(e.prompt[0] != system for e in examples):
