@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from eval.splits import SPLITS
 from llm.options import model_options
 from solver.errors import UserError
 from solver.options import json_option, solver_options, word_list_options
@@ -13,8 +14,9 @@ from solver.options import json_option, solver_options, word_list_options
 @click.option("--policy", type=click.Choice(["solver", "model"]), default=None,
               help="Who plays (default: model if --model is given, else solver).")
 @word_list_options()
-@click.option("--split", type=click.Choice(["heldout", "all"]), default=None,
-              help="Secrets from the held-out split or the whole list "
+@click.option("--split", type=click.Choice(list(SPLITS)), default=None,
+              help="Secrets from the held-out words (heldout), their validation third that training runs pick "
+                   "checkpoints by, the rest of them (test), or the whole list "
                    "(default: all for the solver, heldout for a model).")
 @click.option("--games", type=click.IntRange(1), default=None, help="Play N secrets sampled with --seed.")
 @click.option("--seed", type=int, default=0, show_default=True)

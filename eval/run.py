@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from eval.harness import evaluate
 from eval.moves import Player, SolverPlayer
-from eval.splits import held_out, sample_secrets
+from eval.splits import SPLITS, sample_secrets
 from solver.errors import UserError
 from solver.fileio import atomic_write_json
 from solver.policy import SolverSettings
@@ -38,9 +38,9 @@ class ModelSpec:
 
 
 def choose_secrets(words: tuple[str, ...], split: str, games: int | None, seed: int) -> list[str]:
-    pool = held_out(words) if split == "heldout" else list(words)
+    pool = SPLITS[split](words)
     if not pool:
-        raise UserError("the held-out split of this list is empty; use --split all")
+        raise UserError(f"the {split} split of this list is empty; use --split all")
     return sample_secrets(pool, games, seed)
 
 
@@ -60,10 +60,17 @@ def run_eval(policy: str, secret_kind: str, answers: str | None, allowed: str | 
     result = play_and_summarise(player, setup, secrets, measure_moves=policy != "solver",
                                 show_progress=show_progress)
     result = {"policy": player.name, "secrets": secret_kind, "split": split, "seed": seed,
-              "hard": settings.hard, "guess_constrained": bool(model and model.constrain_guess), **result}
+              "hard": settings.hard, "guess_constrained": bool(model and model.constrain_guess),
+              **(_sampling_of(model) if policy != "solver" else {}), **result}
     if json_path:
         atomic_write_json(json_path, result)
     return result
+
+
+def _sampling_of(model: ModelSpec) -> dict:
+    """How the model's answers were sampled: every model figure depends on it."""
+    return {"temperature": model.sampling.temperature, "top_p": model.sampling.top_p,
+            "max_tokens": model.sampling.max_tokens}
 
 
 def play_and_summarise(player: Player, setup: Setup, secrets: list[str], measure_moves: bool = True,

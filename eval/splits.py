@@ -3,27 +3,56 @@
 Membership depends only on the word (a hash), so the split is the same on every
 machine, for every seed, and stays put when a user adds words to a list. SFT and RL
 exclude these words; eval draws from them by default.
+
+A second, independent hash divides the held-out words into a validation part (about
+a third), which training runs play to pick their best checkpoint, and a test part
+(the rest), which nothing ever chooses by, so its figures stay unbiased.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+from typing import Callable
 
 HELD_OUT_PER_MILLE = 100  # 10% of each list
+VALIDATION_PER_MILLE = 333  # a third of the held-out words
+
+
+def _per_mille(salt: str, word: str) -> int:
+    digest = hashlib.sha256(f"{salt}:{word}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % 1000
 
 
 def is_held_out(word: str) -> bool:
-    digest = hashlib.sha256(f"wordle-rl-heldout:{word}".encode()).digest()
-    return int.from_bytes(digest[:4], "big") % 1000 < HELD_OUT_PER_MILLE
+    return _per_mille("wordle-rl-heldout", word) < HELD_OUT_PER_MILLE
+
+
+def is_validation(word: str) -> bool:
+    """A held-out word that training runs may choose checkpoints by."""
+    return is_held_out(word) and _per_mille("wordle-rl-validation", word) < VALIDATION_PER_MILLE
 
 
 def held_out(words: tuple[str, ...] | list[str]) -> list[str]:
     return [w for w in words if is_held_out(w)]
 
 
+def held_out_validation(words: tuple[str, ...] | list[str]) -> list[str]:
+    return [w for w in words if is_validation(w)]
+
+
+def held_out_test(words: tuple[str, ...] | list[str]) -> list[str]:
+    return [w for w in words if is_held_out(w) and not is_validation(w)]
+
+
 def trainable(words: tuple[str, ...] | list[str]) -> list[str]:
     return [w for w in words if not is_held_out(w)]
+
+
+# `eval --split` choices: "heldout" stays all held-out words, so earlier figures reproduce.
+SPLITS: dict[str, Callable[[tuple[str, ...] | list[str]], list[str]]] = {
+    "heldout": held_out, "validation": held_out_validation, "test": held_out_test, "all": list,
+}
 
 
 def sample_secrets(pool: list[str], games: int | None, seed: int) -> list[str]:

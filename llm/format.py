@@ -35,7 +35,7 @@ ALREADY_GUESSED = "already_guessed"
 FORMAT_FAILURES = (NO_TAGS, MALFORMED, SEVERAL_GUESSES, NOT_FIVE_LETTERS)
 
 _GUESS_TAG = re.compile(r"<guess>(.*?)</guess>", re.DOTALL)
-_STRICT = re.compile(r"\s*<think>(?:(?!<think>|</think>|<guess>|</guess>).)*</think>\s*<guess>([^<]*)</guess>\s*",
+_STRICT = re.compile(r"\s*<think>((?:(?!<think>|</think>|<guess>|</guess>).)*)</think>\s*<guess>([^<]*)</guess>\s*",
                      re.DOTALL)
 
 
@@ -107,6 +107,7 @@ def format_answer(thought: str, guess: str) -> str:
 class Parsed:
     guess: str | None
     failure: str | None = None
+    thought: str | None = None  # the text inside <think>, when the answer has the strict form
 
     @property
     def ok(self) -> bool:
@@ -131,11 +132,11 @@ def parse_answer(text: str, lists: WordLists | None = None, previous: list[str] 
     match = _STRICT.fullmatch(text)
     if match is None:
         return Parsed(tags[0].strip().lower() or None, MALFORMED)
-    word = match.group(1).strip().lower()
+    thought, word = match.group(1).strip(), match.group(2).strip().lower()
     if len(word) != 5 or not (word.isascii() and word.isalpha()):
-        return Parsed(word or None, NOT_FIVE_LETTERS)
+        return Parsed(word or None, NOT_FIVE_LETTERS, thought)
     if lists is not None and not lists.is_allowed(word):
-        return Parsed(word, NOT_ALLOWED)
+        return Parsed(word, NOT_ALLOWED, thought)
     if word in previous:
-        return Parsed(word, ALREADY_GUESSED)
-    return Parsed(word)
+        return Parsed(word, ALREADY_GUESSED, thought)
+    return Parsed(word, None, thought)

@@ -9,12 +9,14 @@ import click
 from solver.errors import UserError
 from solver.options import json_option
 
+HELD_OUT_KEYS = ("heldout_", "best_")  # shown by heldout_table, not summary_table
 # Flags that override one config key each (None = not given, the config decides).
 OVERRIDES = {
     "steps": "steps", "schedule": "schedule", "seed": "seed", "group_size": "rollout.group_size",
     "games": "rollout.games_per_round", "max_tokens": "rollout.max_tokens", "temperature": "rollout.temperature",
     "checkpoint_every": "checkpoint_every", "lr": "grpo.learning_rate", "kl_coef": "grpo.kl_coef",
     "micro_batch": "grpo.micro_batch", "groups": "grpo.groups_per_step", "batch_size": "rollout.batch_size",
+    "eval_every": "eval_every", "eval_games": "eval_games",
 }
 
 
@@ -40,6 +42,9 @@ OVERRIDES = {
 @click.option("--lr", type=float, default=None, help="GRPO learning rate.")
 @click.option("--kl-coef", type=float, default=None, help="Weight of the KL to the adapter-free model.")
 @click.option("--checkpoint-every", type=int, default=None, help="Steps between checkpoints.")
+@click.option("--eval-every", type=int, default=None,
+              help="Steps between held-out validation evals; the best is kept as OUT/best (0: none) [default: 10].")
+@click.option("--eval-games", type=int, default=None, help="Held-out validation games per eval [default: 32].")
 @click.option("--seed", type=int, default=None)
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint "
                                              "(with its saved config; only --steps may change).")
@@ -69,7 +74,7 @@ def rl_command(model, adapter, out, config_path, resume, quiet, json_path, **fla
         request = RunRequest(model or "default", adapter, out, build_config(data, overrides, config_path or "options"),
                              show_progress=not quiet)
     summary = run_rl(request)
-    Console().print(summary_table(summary))
+    Console().print(summary_table(summary), *([heldout_table(summary)] if summary["heldout_last"] else []))
     if json_path:
         atomic_write_json(json_path, summary)
 
@@ -81,6 +86,8 @@ def summary_table(summary: dict):
     table.add_column("figure")
     table.add_column("value", justify="right")
     for key, value in summary.items():
+        if isinstance(value, dict) or key.startswith(HELD_OUT_KEYS):
+            continue
         if value is None:
             shown = "-"
         elif isinstance(value, float):
@@ -91,18 +98,38 @@ def summary_table(summary: dict):
     return table
 
 
+def heldout_table(summary: dict):
+    """The held-out evals at the start, the best (RUN/best) and the last, side by side."""
+    from rich.table import Table
+
+    from eval.report import FIGURES
+    from eval.validation import FIGURES as HELD_OUT_FIGURES
+
+    evals = [(name, summary[f"heldout_{name}"]) for name in ("start", "best", "last") if summary[f"heldout_{name}"]]
+    last = summary["heldout_last"]
+    table = Table(title=f"held-out validation: {last['games']} games sampled at temperature {last['temperature']}",
+                  caption=f"best kept in {summary['best_adapter']}" if summary["best_adapter"] else None)
+    table.add_column("figure")
+    for name, figures in evals:
+        table.add_column(f"{name} (step {figures['step']})", justify="right")
+    for label, key, pattern in (*FIGURES, ("games lost to 3 unplayable answers", "lost_to_invalid", "{:d}")):
+        if key in HELD_OUT_FIGURES:
+            table.add_row(label, *("-" if f[key] is None else pattern.format(f[key]) for _, f in evals))
+    return table
+
+
 @click.command("report")
 @click.argument("run", type=click.Path(file_okay=False))
 @json_option
 @click.option("--png", type=click.Path(dir_okay=False), default=None,
               help="Also draw the curves into this PNG (needs matplotlib).")
 def report_command(run, json_path, png) -> None:
-    """Curves of an RL run: cumulative wins, reward and win rate per step."""
+    """Curves of an RL run (cumulative wins, reward, win rate, held-out evals) or an SFT run's."""
     from rl.report import show_report, write_png
     from solver.fileio import atomic_write_json
 
-    series = show_report(run)
+    series, title = show_report(run)
     if png:
-        write_png(series, png)
+        write_png(series, png, title)
     if json_path:
-        atomic_write_json(json_path, {"run": str(run), "curves": series})
+        atomic_write_json(json_path, {"run": str(run), "title": title, "curves": series})

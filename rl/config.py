@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rl.expert_iteration import EISettings
-from rl.grpo import GrpoSettings
+from rl.grpo import ADVANTAGE_SCALES, GrpoSettings
 from rl.reward import MAX_WEIGHT, RewardWeights
 from rl.rollout import CHOICES, RolloutSettings
 from rl.schedule import Schedule, parse_schedule
@@ -34,6 +34,8 @@ class RLConfig:
     checkpoint_every: int = 10
     keep_checkpoints: int = 2
     secrets: str = "answers"  # the list secrets come from (held-out words are always excluded)
+    eval_every: int = 10  # steps between held-out validation evals (rl/heldout.py); 0: none, and no RUN/best
+    eval_games: int = 32  # validation secrets each eval plays, the same ones every time
     reward: RewardWeights = field(default_factory=RewardWeights)
     rollout: RolloutSettings = field(default_factory=RolloutSettings)
     grpo: GrpoSettings = field(default_factory=GrpoSettings)
@@ -52,12 +54,13 @@ class RLConfig:
 _INF = math.inf
 RANGES: dict[str, tuple[float, float] | tuple[float, float, str]] = {
     "steps": (1, 10_000_000), "seed": (0, 2**63 - 1), "checkpoint_every": (1, 10_000_000),
-    "keep_checkpoints": (1, 1000),
+    "keep_checkpoints": (1, 1000), "eval_every": (0, 10_000_000), "eval_games": (1, 100_000),
     **{f"reward.{f.name}": (0.0, MAX_WEIGHT) for f in dataclasses.fields(RewardWeights)},
     "rollout.group_size": (2, 256), "rollout.games_per_round": (1, 4096), "rollout.temperature": (0.0, 10.0, "("),
     "rollout.top_p": (0.0, 1.0, "("), "rollout.max_tokens": (8, 4096), "rollout.batch_size": (1, 4096),
     "rollout.max_history": (0, 5), "rollout.off_policy": (0.0, 1.0),
-    "grpo.learning_rate": (0.0, 1.0, "("), "grpo.clip_epsilon": (0.0, 1.0, "("), "grpo.kl_coef": (0.0, 100.0),
+    "grpo.learning_rate": (0.0, 1.0, "("), "grpo.warmup_steps": (0, 100_000), "grpo.tie_threshold": (0.0, MAX_WEIGHT),
+    "ei.warmup_steps": (0, 100_000), "grpo.clip_epsilon": (0.0, 1.0, "("), "grpo.kl_coef": (0.0, 100.0),
     "grpo.micro_batch": (1, 4096), "grpo.max_grad_norm": (0.0, _INF, "("), "grpo.updates_per_batch": (1, 64),
     "grpo.groups_per_step": (1, 100_000), "grpo.max_rollouts": (1, 1000),
     "ei.states_per_step": (1, 100_000), "ei.samples": (1, 256), "ei.threshold": (-_INF, _INF),
@@ -65,7 +68,7 @@ RANGES: dict[str, tuple[float, float] | tuple[float, float, str]] = {
     "ei.learning_rate": (0.0, 1.0, "("),
     "lora.rank": (1, 1024), "lora.scale": (0.0, 1000.0, "("), "lora.dropout": (0.0, 1.0),
 }
-CHOICE_KEYS = {"secrets": SECRET_KINDS, "rollout.choose": CHOICES}
+CHOICE_KEYS = {"secrets": SECRET_KINDS, "rollout.choose": CHOICES, "grpo.advantage_scale": ADVANTAGE_SCALES}
 
 
 def load_config_file(path: str | Path) -> dict:
@@ -99,6 +102,7 @@ def build_config(data: dict, overrides: dict | None = None, where: str = "config
             node = node.setdefault(part, {})
         node[leaf] = value
     config = _build(RLConfig, merged, "", where)
+    config.reward.check(where)
     if config.lora.full:
         raise UserError(f"{where}: lora.full must be false: RL trains a LoRA adapter (its reference policy is "
                         "the model with the adapter switched off)")

@@ -1,11 +1,15 @@
 """Filtered expert iteration: train on the model's own good answers, or the expert's.
 
-At each start state the model samples K answers; those the reward kernel scores at
-or above `threshold`, or whose guess is the solver's own move, are kept (best first,
-distinct texts, at most `keep_per_state`). Where none passes, the target is the
-solver's move with its chain of thought (sft/cot.py), so a state never goes
-untaught. The targets train through the SFT trainer itself (sft/trainer.py): the
-same masked cross-entropy step the `sft` command runs.
+At each start state the model samples K answers (at the rollout temperature, eval's).
+An answer is kept when its move is good: playable, and its guess quality (the reward
+without the thought's credit) at or above `threshold`, or its guess is the solver's
+own move. Best first, distinct guesses, at most `keep_per_state`. A kept answer's
+thought must be true: one the checker (sft/cot.py) accepts is trained on as written,
+any other is replaced by the true thought for the same guess, so a false claim
+("Only vigor remains." when it does not) never becomes a target. Where no answer
+passes, the target is the solver's move with its chain of thought, so a state never
+goes untaught. The targets train through the SFT trainer (sft/trainer.py), the same
+masked cross-entropy step the `sft` command runs, with RL's bias-corrected optimizer.
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_map
 
-from llm.format import messages, prompt_tokens
+from llm.format import messages, parse_answer, prompt_tokens
 from llm.generation import sample
-from rl.reward import RewardScorer
+from rl.optimizer import rl_optimizer
+from rl.reward import GroupRewards, RewardScorer
 from rl.rollout import Group, Rollout, RolloutSettings
-from sft.cot import expert_answer
+from sft.cot import check_thought, expert_answer, truthful_answer
 from sft.data import Conversation
 from sft.lora import trainable_weights
 from sft.states import StartState
@@ -33,11 +38,12 @@ from solver.policy import Policy
 class EISettings:
     states_per_step: int = 8  # start states sampled per expert-iteration step
     samples: int = 4  # answers sampled per state (K)
-    threshold: float = 1.6  # reward at or above which a sampled answer is kept
+    threshold: float = 1.6  # guess quality (reward without the thought) at or above which a move is kept
     keep_per_state: int = 1  # most answers kept per state (best first)
     sft_steps: int = 2  # SFT updates per expert-iteration step
     batch_size: int = 4
     learning_rate: float = 1e-4  # a LoRA adapter, a few SFT steps per round
+    warmup_steps: int = 2  # updates over which the rate ramps up to learning_rate
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,7 @@ class Targets:
     conversations: list[Conversation]
     sampled: Rollout  # every sampled group, for the reward figures
     expert_states: int  # states where no sample passed and the solver's answer was used
+    rewritten: int  # kept answers whose thought was false, trained with the true thought instead
 
 
 class ExpertIteration:
@@ -58,25 +65,28 @@ class ExpertIteration:
         self.solver = solver
         self.settings = settings
         self.rollout = rollout
-        self.trainer = SFTTrainer(model, tokenizer, OptimizerSettings(learning_rate=settings.learning_rate,
-                                                                      min_lr_ratio=1.0))
+        self.trainer = SFTTrainer(model, tokenizer, OptimizerSettings(learning_rate=settings.learning_rate),
+                                  rl_optimizer(settings.learning_rate, settings.warmup_steps))
 
     def targets(self, starts: list[StartState]) -> Targets:
         settings = self.settings
         prompts = [prompt_tokens(self.tokenizer, s.state) for s in starts]
         answers = sample(self.model, self.tokenizer, prompts, settings.samples, self.rollout.sampling,
                          self.rollout.batch_size)
-        conversations, groups, expert_states = [], [], 0
+        conversations, groups, expert_states, rewritten = [], [], 0, 0
         for start, prompt, completions in zip(starts, prompts, answers):
-            rewards = self.scorer.score([c.text for c in completions], start.state, start.secret)
+            texts = [c.text for c in completions]
+            rewards = self.scorer.score(texts, start.state, start.secret)
             groups.append(Group(start.state, start.secret, prompt, completions, rewards))
-            kept = passing_answers(rewards, [c.text for c in completions], self.solver.choose(start.state),
-                                   settings.threshold, settings.keep_per_state)
+            chosen = passing_answers(rewards, self.solver.choose(start.state), settings.threshold,
+                                     settings.keep_per_state)
+            kept = [truthful_target(start.state, texts[i], rewards.parsed.guesses[i]) for i in chosen]
+            rewritten += sum(text != texts[i] for text, i in zip(kept, chosen))
             if not kept:
                 kept = [expert_answer(self.solver, start.state)]
                 expert_states += 1
             conversations.extend(messages(start.state) + [{"role": "assistant", "content": text}] for text in kept)
-        return Targets(conversations, Rollout(groups=groups), expert_states)
+        return Targets(conversations, Rollout(groups=groups), expert_states, rewritten)
 
     def step(self, starts: list[StartState], seed: int) -> dict[str, float | None]:
         """Sample, filter, train; a non-finite loss undoes the step's updates and is counted."""
@@ -87,12 +97,12 @@ class ExpertIteration:
         finite = all(math.isfinite(s.loss) and math.isfinite(s.grad_norm) for s in stats)
         if not finite:
             self._restore(saved)
-        return {**targets.sampled.stats(),
+        return {**targets.sampled.stats(self.rollout.temperature),
                 "kept_fraction": 1.0 - targets.expert_states / len(starts),
                 "expert_fraction": targets.expert_states / len(starts),
-                "targets": len(targets.conversations),
+                "targets": len(targets.conversations), "rewritten_thoughts": targets.rewritten,
                 "loss": float(np.mean([s.loss for s in stats])),
-                "grad_norm": float(np.mean([s.grad_norm for s in stats])),
+                "grad_norm": float(np.mean([s.grad_norm for s in stats])), "lr": stats[-1].learning_rate,
                 "nonfinite_skipped": 0 if finite else len(stats),
                 "trained_tokens": int(sum(s.tokens for s in stats))}
 
@@ -107,17 +117,25 @@ class ExpertIteration:
         mx.eval(self.model.parameters(), self.trainer.optimizer.state)
 
 
-def passing_answers(rewards, texts: list[str], solver_move: str, threshold: float, keep: int) -> list[str]:
-    """Distinct answers at or above `threshold`, or playing the solver's move; best first, at most `keep`."""
-    parsed = rewards.parsed
-    good = [i for i in range(len(texts))
-            if rewards.total[i] >= threshold or (parsed.playable[i] and parsed.guesses[i] == solver_move)]
-    good.sort(key=lambda i: -rewards.total[i])
-    kept: list[str] = []
+def passing_answers(rewards: GroupRewards, solver_move: str, threshold: float, keep: int) -> list[int]:
+    """Indices of playable answers with distinct guesses whose guess quality reaches `threshold`
+    or that play the solver's move; best first (then truest thought), at most `keep`."""
+    parsed, quality = rewards.parsed, rewards.guess_quality
+    good = [i for i in range(len(quality))
+            if parsed.playable[i] and (quality[i] >= threshold or parsed.guesses[i] == solver_move)]
+    good.sort(key=lambda i: (-quality[i], -rewards.total[i]))
+    kept: dict[str, int] = {}
     for i in good:
-        if texts[i] not in kept:
-            kept.append(texts[i])
-    return kept[:keep]
+        kept.setdefault(parsed.guesses[i], i)
+    return list(kept.values())[:keep]
+
+
+def truthful_target(state, text: str, guess: str) -> str:
+    """`text` if its thought is true at `state`, else the same guess with the true thought."""
+    parsed_thought = parse_answer(text).thought
+    if parsed_thought is not None and check_thought(state, parsed_thought, guess).accepted:
+        return text
+    return truthful_answer(state, guess)
 
 
 def _assign_into(target, source) -> None:

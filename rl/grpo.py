@@ -1,9 +1,22 @@
 """GRPO: group-relative advantages, a clipped importance ratio and a KL leash.
 
 Each group holds the answers sampled at one position. An answer's advantage is its
-reward minus the group mean (optionally over the group std); the loss is PPO's
-clipped surrogate per answer token plus `kl_coef` times the k3 KL estimate to the
+reward minus the group mean, divided by a scale (`advantage_scale`): the std of all
+centred rewards of the step's batch (the default), the group's own std, or nothing.
+The group's own std turns any difference into a unit one (rewards [1.5, 1.501, 1.5,
+1.5] become [-0.58, +1.73, -0.58, -0.58]: a thousandth of a point weighs like a win);
+the batch std keeps a group's spread in proportion to the others'. Groups whose
+rewards span less than `tie_threshold` carry no signal worth a step and are dropped
+(and replaced by fresh games) before they get here. The loss is PPO's clipped
+surrogate per answer token plus `kl_coef` times the k3 KL estimate to the
 reference policy, averaged over all answer tokens of the batch (token-level).
+
+With `updates_per_batch` = 1 (the default) the batch is used for one optimizer step,
+taken at the weights that sampled it: the importance ratio is exactly 1 and the clip
+never acts, so the update is REINFORCE with a group baseline (and the KL leash). The
+old log-probs are then the current ones, and no extra pass computes them. Set
+`updates_per_batch` > 1 to reuse a batch; from the second update on the ratio moves
+and the clip bites.
 
 The reference policy is the same model with its LoRA adapter switched off (scale 0),
 so no second copy of the weights exists; with a start adapter fused into the base
@@ -30,18 +43,22 @@ from mlx_lm.models.cache import create_attention_mask
 from mlx_lm.tuner.lora import LoRAEmbedding, LoRALinear, LoRASwitchLinear
 
 from llm.generation import STOP_TEXT, Completion
+from rl.optimizer import rl_optimizer
 from rl.rollout import Group, Rollout
 from solver.errors import UserError
 
 _LORA_TYPES = (LoRALinear, LoRASwitchLinear, LoRAEmbedding)
+ADVANTAGE_SCALES = ("batch", "group", "none")
 
 
 @dataclass(frozen=True)
 class GrpoSettings:
     learning_rate: float = 5e-5  # a LoRA adapter: about 10x what full fine-tuning would use
+    warmup_steps: int = 2  # updates over which the rate ramps up to learning_rate
     clip_epsilon: float = 0.2
     kl_coef: float = 0.04
-    normalize_std: bool = True
+    advantage_scale: str = "batch"  # divide centred rewards by the batch's std, the group's, or "none"
+    tie_threshold: float = 0.05  # groups whose rewards span less than this are dropped
     micro_batch: int = 4  # answers per forward/backward pass
     max_grad_norm: float = 1.0
     updates_per_batch: int = 1  # optimizer steps on one batch of groups (>1 makes the ratio clip bite)
@@ -49,21 +66,23 @@ class GrpoSettings:
     max_rollouts: int = 4  # rounds of fresh games tried to find them
 
 
-def group_advantages(rewards: np.ndarray, normalize_std: bool, eps: float = 1e-6) -> np.ndarray:
-    """Reward minus the group mean, optionally divided by the group (population) std."""
-    rewards = np.asarray(rewards, dtype=np.float64)
-    centred = rewards - rewards.mean()
-    if normalize_std:
-        centred = centred / (rewards.std() + eps)
+def advantages(rewards: list[np.ndarray], scale: str, eps: float = 1e-6) -> list[np.ndarray]:
+    """Each group's rewards minus its mean, over the batch's, the group's or no std (`scale`)."""
+    centred = [np.asarray(r, dtype=np.float64) - np.mean(r) for r in rewards]
+    if scale == "group":
+        return [c / (c.std() + eps) for c in centred]
+    if scale == "batch":
+        std = np.concatenate(centred).std() if centred else 0.0
+        return [c / (std + eps) for c in centred]
     return centred
 
 
-def informative_groups(groups: list[Group]) -> list[Group]:
-    """Groups whose rewards differ; a tied group has zero advantage everywhere."""
-    return [g for g in groups if not g.rewards.tied]
+def informative_groups(groups: list[Group], tie_threshold: float) -> list[Group]:
+    """Groups whose rewards span at least `tie_threshold`; the rest carry (almost) no signal."""
+    return [g for g in groups if not g.rewards.tied(tie_threshold)]
 
 
-def collect_groups(play_round, wanted: int, max_rounds: int,
+def collect_groups(play_round, wanted: int, max_rounds: int, tie_threshold: float,
                    on_round: Callable[[int, int], None] = lambda done, kept: None) -> tuple[Rollout, list[Group]]:
     """Play fresh rounds of games until `wanted` informative groups exist (at most `max_rounds`).
 
@@ -78,7 +97,7 @@ def collect_groups(play_round, wanted: int, max_rounds: int,
         on_round(done, len(kept))
         played = play_round()
         rollout.extend(played)
-        kept.extend(informative_groups(played.groups))
+        kept.extend(informative_groups(played.groups, tie_threshold))
         if len(kept) >= wanted:
             break
     return rollout, kept
@@ -256,7 +275,7 @@ class GrpoLearner:
         self.settings = settings
         self.temperature = temperature
         self.eos_token_id = eos_token_id
-        self.optimizer = optim.Adam(learning_rate=settings.learning_rate)
+        self.optimizer = rl_optimizer(settings.learning_rate, settings.warmup_steps)
         self._chunk_grad = mx.value_and_grad(chunk_loss, argnums=(0, 1))
         self._prompt_grad = mx.grad(prompt_pullback)
 
@@ -277,8 +296,8 @@ class GrpoLearner:
         and is counted in `nonfinite_skipped`.
         """
         model, settings = self.model, self.settings
-        advantages = [group_advantages(g.rewards.total, settings.normalize_std) for g in groups]
-        batches = group_batches(groups, advantages, self.eos_token_id, settings.micro_batch)
+        scaled = advantages([g.rewards.total for g in groups], settings.advantage_scale)
+        batches = group_batches(groups, scaled, self.eos_token_id, settings.micro_batch)
         n_tokens = max(1, int(sum(c.mask.sum().item() for gb in batches for c in gb.chunks)))
         refs = self.reference_logprobs(batches) if settings.kl_coef > 0 else None
         olds: dict[tuple[int, int], mx.array] = {}
@@ -309,6 +328,7 @@ class GrpoLearner:
                 mx.eval(model.parameters(), self.optimizer.state)
             else:
                 figures["nonfinite_skipped"] += 1
-            figures.update(loss=loss, kl=kl_sum / n_tokens, clip_fraction=clip_sum / n_tokens, grad_norm=norm)
+            figures.update(loss=loss, kl=kl_sum / n_tokens, clip_fraction=clip_sum / n_tokens, grad_norm=norm,
+                           lr=self.optimizer.learning_rate.item())
         figures["trained_tokens"] = n_tokens
         return figures

@@ -7,7 +7,9 @@ keeps the adapter, both phases' optimizer states, mlx's key, the numpy generator
 that draws secrets and start states, and the schedule position, so `--resume`
 replays exactly what the interrupted run would have done. RUN/adapter is the final
 adapter (start adapter and RL adapter merged, rl/policy.py), loadable with `--adapter`
-anywhere.
+anywhere. Before the first step, every `eval_every` steps and after the last, the
+policy plays the same held-out validation games; the best of those evals is kept as
+RUN/best (rl/heldout.py).
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ import mlx.core as mx
 import numpy as np
 
 from eval.splits import trainable
+from eval.validation import HeldOutEval
+from llm.generation import SamplingSettings
 from rl.config import RLConfig, build_config, load_config_file
 from rl.expert_iteration import ExpertIteration
 from rl.grpo import GrpoLearner, collect_groups
+from rl.heldout import BestSoFar, figures_of, heldout_record, heldout_summary, is_training_step
 from rl.policy import load_policy
 from rl.reward import RewardScorer
 from rl.rollout import play
@@ -100,12 +105,19 @@ def run_rl(request: RunRequest) -> dict:
     rng = np.random.default_rng(config.seed)
     schedule = config.phases
     metrics = MetricsLog(out / "metrics.jsonl")
+    # Sampled at eval's temperature, with the answer length the rollouts allow.
+    held_out = HeldOutEval(setup, config.eval_games, config.seed,
+                           SamplingSettings(max_tokens=config.rollout.max_tokens),
+                           config.rollout.batch_size) if config.eval_every else None
+    best = BestSoFar(out)
     start = 0
     if request.resume:
         checkpoint = load_checkpoint(out, model, optimizers)
         start = checkpoint.step
         rng.bit_generator.state = checkpoint.extra["rng"]
         metrics.keep_until(start)
+        best = BestSoFar(out, checkpoint.extra.get("best"))
+        best.resume(policy, start)
     else:
         _start_run_folder(out, request, config)
 
@@ -118,27 +130,37 @@ def run_rl(request: RunRequest) -> dict:
         wanted = config.grpo.groups_per_step
         rollout, kept = collect_groups(
             lambda: play(model, tokenizer, scorer, starts(config.rollout.games_per_round), config.rollout, rng),
-            wanted, config.grpo.max_rollouts,
+            wanted, config.grpo.max_rollouts, config.grpo.tie_threshold,
             on_round=lambda done, found: view.status(f"round {done + 1}, {found}/{wanted} groups"))
         update_start, rollout_peak = time.perf_counter(), mx.get_peak_memory()
         mx.reset_peak_memory()
         view.status(f"update, {len(kept)} groups")
         figures = grpo.update(kept) if kept else {"skipped": "no informative group"}
-        stats = rollout.stats()
+        stats = rollout.stats(config.rollout.temperature)
         return {**stats, **figures, "groups": len(rollout.groups), "informative_groups": len(kept),
                 "dropped_fraction": 1.0 - len(kept) / len(rollout.groups),
                 "rollout_seconds": update_start - rollout_start,
                 "update_seconds": time.perf_counter() - update_start,
                 "rollout_peak_memory_gb": rollout_peak / 1e9, "update_peak_memory_gb": mx.get_peak_memory() / 1e9,
                 "gen_tokens_per_s": stats["answer_tokens"] / (update_start - rollout_start),
-                "secrets": sorted({g.secret for g in rollout.games})}
+                "secrets": sorted({g.secret for g in rollout.games}),
+                "group_rewards": [[round(float(x), 4) for x in g.rewards.total] for g in rollout.groups]}
 
     def ei_step(view: LiveView) -> dict:
         view.status(f"{config.ei.states_per_step} positions")
         chosen = starts(config.ei.states_per_step)
         return {**ei.step(chosen, seed=int(rng.integers(2**31))), "secrets": sorted({s.secret for s in chosen})}
 
+    def evaluate(step: int, view: LiveView) -> bool:
+        """Play the held-out games with the policy as it is; True when they beat the best so far."""
+        view.status(f"held-out eval, {len(held_out.secrets)} games")
+        record = heldout_record(step, held_out(model, tokenizer))
+        metrics.append(record)
+        return best.offer(figures_of(record))
+
     with LiveView(config.steps, start, request.show_progress) as view:
+        if held_out is not None and not request.resume and evaluate(0, view):
+            best.export(policy)
         for step in range(start, config.steps):
             phase = schedule.phase(step)
             mx.reset_peak_memory()
@@ -150,13 +172,20 @@ def run_rl(request: RunRequest) -> dict:
                       "tokens_per_s": (record["answer_tokens"] + record.get("trained_tokens", 0)) / seconds,
                       "peak_memory_gb": max(mx.get_peak_memory() / 1e9, record.get("rollout_peak_memory_gb", 0.0))}
             metrics.append(record)
-            if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
+            last = step + 1 == config.steps
+            improved = (held_out is not None and ((step + 1) % config.eval_every == 0 or last)
+                        and evaluate(step + 1, view))
+            # A new best is checkpointed before RUN/best is replaced: see rl/heldout.py.
+            if improved or (step + 1) % config.checkpoint_every == 0 or last:
                 save_checkpoint(out, model, optimizers, step + 1, policy.adapter_config,
                                 {"rng": rng.bit_generator.state, "schedule": str(schedule),
-                                 "schedule_position": schedule.position(step + 1)}, keep=config.keep_checkpoints)
+                                 "schedule_position": schedule.position(step + 1), "best": best.best},
+                                keep=config.keep_checkpoints)
+            if improved:
+                best.export(policy)
             view.update(record)
     adapter_dir = policy.export(out / "adapter")
-    return summarise(metrics.records(), out, adapter_dir)
+    return summarise(metrics.records(), out, adapter_dir, best)
 
 
 def _start_run_folder(out: Path, request: RunRequest, config: RLConfig) -> None:
@@ -181,9 +210,10 @@ def _check_run_folder(out: Path, resume: bool) -> None:
         raise UserError(f"{out} already holds an RL run; add --resume to continue it or choose another --out")
 
 
-def summarise(records: list[dict], out: Path, adapter_dir: Path) -> dict:
+def summarise(records: list[dict], out: Path, adapter_dir: Path, best: BestSoFar) -> dict:
     """Figures over the whole run (across resumes), for the final table and --json."""
-    grpo = [r for r in records if r["phase"] == "grpo"]
+    steps = [r for r in records if is_training_step(r)]
+    grpo = [r for r in steps if r["phase"] == "grpo"]
     games = sum(r["games"] for r in grpo)
     wins = sum(r["wins"] for r in grpo)
 
@@ -192,13 +222,14 @@ def summarise(records: list[dict], out: Path, adapter_dir: Path) -> dict:
         return statistics.median(values) if values else None
 
     return {
-        "run": str(out), "adapter": str(adapter_dir), "steps": records[-1]["step"] if records else 0,
-        "grpo_steps": len(grpo), "ei_steps": len(records) - len(grpo),
+        "run": str(out), "adapter": str(adapter_dir), "steps": steps[-1]["step"] if steps else 0,
+        "grpo_steps": len(grpo), "ei_steps": len(steps) - len(grpo),
         "games": games, "wins": wins, "win_rate": wins / games if games else None,
-        "last_reward_mean": records[-1].get("reward_mean") if records else None,
+        "last_reward_mean": steps[-1].get("reward_mean") if steps else None,
         "mean_dropped_fraction": statistics.fmean(r["dropped_fraction"] for r in grpo) if grpo else None,
         "grpo_step_seconds_median": median("seconds", grpo),
-        "ei_step_seconds_median": median("seconds", [r for r in records if r["phase"] == "ei"]),
-        "peak_memory_gb": max((r["peak_memory_gb"] for r in records), default=None),
-        "nonfinite_skipped": sum(r.get("nonfinite_skipped", 0) for r in records),
+        "ei_step_seconds_median": median("seconds", [r for r in steps if r["phase"] == "ei"]),
+        "peak_memory_gb": max((r["peak_memory_gb"] for r in steps), default=None),
+        "nonfinite_skipped": sum(r.get("nonfinite_skipped", 0) for r in steps),
+        **heldout_summary(records, best),
     }

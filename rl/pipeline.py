@@ -4,6 +4,13 @@ Each stage calls the same code as its command and records its summary in
 `OUT/stages.json` when it finishes. Running the pipeline again skips finished stages
 and resumes an interrupted SFT or RL run from its last checkpoint, so a crash costs
 at most one checkpoint interval.
+
+The comparison plays the held-out test words, which nothing chooses by, at eval's
+temperature: the same secrets and seed for the three models. With `rl_eval_every`
+> 0, RL also plays held-out validation games before it trains and every so many
+steps, and the best of those policies (RL/best) is the one compared; the default
+leaves that off, because on a 2-core CPU 16 such games take 3-4 minutes and the
+pipeline's RL stage is about 10.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from eval.report import FIGURES
+from llm.generation import SamplingSettings
 from solver.errors import UserError
 from solver.fileio import atomic_write_json
 
@@ -27,7 +35,7 @@ MODELS = ("base", "sft", "rl")
 
 @dataclass(frozen=True)
 class PipelineSettings:
-    """Small-scale defaults: about half an hour on a 2-core CPU with the default model."""
+    """Small-scale defaults: at most 35 minutes on a 2-core CPU with the default model."""
 
     model: str = "default"
     seed: int = 0
@@ -36,16 +44,26 @@ class PipelineSettings:
     sft_iters: int = 40
     sft_lr: float = 5e-4
     rl_steps: int = 4
-    rl_schedule: str = "grpo:1,ei:1"
+    rl_schedule: str = "ei:3,grpo:1"
     group_size: int = 4
-    rl_games: int = 4
-    eval_games: int = 16
+    rl_games: int = 2
+    rl_eval_games: int = 16  # validation games RL plays to choose its best policy
+    rl_eval_every: int = 0  # 0: no validation evals, RL's last policy is compared
+    ei_lr: float = 3e-4
+    ei_sft_steps: int = 4
+    grpo_lr: float = 1e-4
+    eval_games: int = 32  # test games per model in the comparison
     max_tokens: int = 160  # the longest solver answer is ~130 tokens
 
     def check(self) -> None:
-        for name in ("sft_games", "sft_iters", "rl_steps", "group_size", "rl_games", "eval_games", "max_tokens"):
+        for name in ("sft_games", "sft_iters", "rl_steps", "group_size", "rl_games", "rl_eval_games", "ei_sft_steps",
+                     "eval_games", "max_tokens"):
             if getattr(self, name) <= 0:
                 raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.rl_eval_every < 0:
+            raise UserError(f"--rl-eval-every must be 0 (off) or positive, got {self.rl_eval_every}")
+        if self.group_size < 2:
+            raise UserError(f"--group-size must be at least 2 (GRPO compares answers), got {self.group_size}")
 
 
 class Stages:
@@ -74,7 +92,6 @@ class Stages:
 
 def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = True) -> dict:
     from eval.run import ModelSpec, run_eval
-    from llm.generation import SamplingSettings
     from rl.config import build_config
     from rl.loop import RunRequest, run_rl
     from sft.checkpoint import latest_checkpoint
@@ -104,13 +121,17 @@ def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = Tr
     rl_config = build_config({}, {"steps": settings.rl_steps, "schedule": settings.rl_schedule,
                                   "seed": settings.seed, "rollout.group_size": settings.group_size,
                                   "rollout.games_per_round": settings.rl_games,
-                                  "rollout.max_tokens": settings.max_tokens, "checkpoint_every": 1}, "pipeline")
-    stages.run("rl", lambda: run_rl(RunRequest(settings.model, str(sft_dir / "adapter"), rl_dir, rl_config,
-                                               resume=latest_checkpoint(rl_dir) is not None,
-                                               show_progress=show_progress)))
+                                  "rollout.max_tokens": settings.max_tokens, "checkpoint_every": 1,
+                                  "eval_games": settings.rl_eval_games, "eval_every": settings.rl_eval_every,
+                                  "ei.learning_rate": settings.ei_lr, "ei.sft_steps": settings.ei_sft_steps,
+                                  "grpo.learning_rate": settings.grpo_lr},
+                             "pipeline")
+    rl = stages.run("rl", lambda: run_rl(RunRequest(settings.model, str(sft_dir / "adapter"), rl_dir, rl_config,
+                                                    resume=latest_checkpoint(rl_dir) is not None,
+                                                    show_progress=show_progress)))
 
-    console.rule("4/4 eval: the same held-out secrets for every model")
-    adapters = {"base": None, "sft": str(sft_dir / "adapter"), "rl": str(rl_dir / "adapter")}
+    console.rule("4/4 eval: the same held-out test secrets for every model")
+    adapters = {"base": None, "sft": str(sft_dir / "adapter"), "rl": rl["best_adapter"] or rl["adapter"]}
     # Sampled, not greedy: a greedy model repeats the same unparsable answer three times and
     # loses every game to it (the SFT eval in the first session did exactly that).
     sampling = SamplingSettings(max_tokens=settings.max_tokens)
@@ -118,9 +139,10 @@ def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = Tr
     for name in MODELS:
         spec = ModelSpec(settings.model, adapters[name], sampling)
         results[name] = stages.run(f"eval-{name}", lambda spec=spec, name=name: _without_games(run_eval(
-            "model", "answers", None, None, "heldout", settings.eval_games, settings.seed, SolverSettings(),
+            "model", "answers", None, None, "test", settings.eval_games, settings.seed, SolverSettings(),
             str(out / f"eval-{name}.json"), show_progress, spec)))
     summary = {"out": str(out), "settings": asdict(settings), "eval": results,
+               "rl_compared_step": rl["best_step"] if rl["best_adapter"] else rl["steps"],
                "seconds": {name: stage["stage_seconds"] for name, stage in stages.done.items()}}
     atomic_write_json(out / "summary.json", summary)
     return summary
@@ -132,10 +154,13 @@ def _without_games(result: dict) -> dict:
 
 
 def comparison_table(summary: dict) -> Table:
-    table = Table(title="held-out games: base vs SFT vs RL")
+    temperature = summary["eval"]["sft"].get("temperature", SamplingSettings().temperature)
+    table = Table(title=f"{summary['eval']['sft']['games']} held-out test games, sampled at {temperature}: "
+                        "base vs SFT vs RL")
     table.add_column("figure")
     for name in MODELS:
-        table.add_column(name, justify="right")
+        label = f"rl (step {summary['rl_compared_step']})" if name == "rl" and "rl_compared_step" in summary else name
+        table.add_column(label, justify="right")
     for label, key, pattern in FIGURES:
         values = [summary["eval"][name].get(key) for name in MODELS]
         table.add_row(label, *("-" if v is None else pattern.format(v) for v in values))

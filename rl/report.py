@@ -1,8 +1,10 @@
 """How an RL run is going: the live view while it trains, and `report RUN` afterwards.
 
 `report` reads RUN/metrics.jsonl and draws the curves that say whether RL is
-working — cumulative wins, reward, win rate — as terminal sparklines, and as a PNG
-when matplotlib is installed (an optional extra: `pip install matplotlib`).
+working — cumulative wins, reward, win rate, and the held-out validation evals
+(rl/heldout.py) beside them — as terminal sparklines, and as a PNG when matplotlib
+is installed (an optional extra: `pip install matplotlib`). An SFT run folder works
+too: its loss, validation loss and held-out evals.
 """
 
 from __future__ import annotations
@@ -13,12 +15,17 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from rl.heldout import PREFIX, is_training_step
 from sft.run import MetricsLog
 from solver.errors import UserError
 from solver.progress import progress_bar
 
 SPARKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 60
+# The held-out figures drawn against step (eval/validation.py's FIGURES, prefixed per run kind).
+HELD_OUT_CURVES = ("wins", "win_rate", "mean_guesses", "format_valid_rate", "invalid_word_rate", "repeat_rate",
+                   "consistency_rate")
+SFT_PREFIX = "eval_"  # sft/run.py's held-out figures
 # (label, key, format) of the figures the live view shows for the latest step.
 LIVE_FIGURES = (
     ("reward", "reward_mean", "{:.3f}"), ("reward std", "reward_std", "{:.3f}"), ("win rate", "win_rate", "{:.1%}"),
@@ -75,25 +82,54 @@ def step_table(record: dict) -> Table:
 def load_metrics(run: str | Path) -> list[dict]:
     path = Path(run) / "metrics.jsonl"
     if not path.is_file():
-        raise UserError(f"{run} is not an RL run folder: it has no metrics.jsonl")
-    records = [r for r in MetricsLog(path).records() if isinstance(r, dict) and "phase" in r]
+        raise UserError(f"{run} is not an RL or SFT run folder: it has no metrics.jsonl")
+    records = [r for r in MetricsLog(path).records() if isinstance(r, dict) and "step" in r]
     if not records:
-        raise UserError(f"{path} holds no RL steps yet")
+        raise UserError(f"{path} holds no steps yet")
     return records
 
 
+def is_rl(records: list[dict]) -> bool:
+    return any("phase" in r for r in records)
+
+
 def curves(records: list[dict]) -> dict[str, dict[str, list]]:
-    """Series by name, each {"step": [...], "value": [...]}; win figures come from GRPO steps' games."""
-    grpo = [r for r in records if r["phase"] == "grpo" and r.get("games")]
+    """Series by name, each {"step": [...], "value": [...]}: an RL run's (win figures from GRPO steps'
+    games) or an SFT run's, then the held-out evals' if there are any."""
+    if not is_rl(records):
+        return {"loss": series(records, "loss"), "val_loss": series(records, "val_loss"),
+                **heldout_curves(records, SFT_PREFIX)}
+    steps = [r for r in records if is_training_step(r)]
+    grpo = [r for r in steps if r["phase"] == "grpo" and r.get("games")]
     wins, cumulative = 0, []
     for r in grpo:
         wins += r["wins"]
         cumulative.append(wins)
     return {
         "cumulative_wins": {"step": [r["step"] for r in grpo], "value": cumulative},
-        "reward_mean": {"step": [r["step"] for r in records], "value": [r["reward_mean"] for r in records]},
-        "win_rate": {"step": [r["step"] for r in grpo], "value": [r["win_rate"] for r in grpo]},
+        "reward_mean": series(steps, "reward_mean"),
+        "win_rate": series(grpo, "win_rate"),
+        **heldout_curves([r for r in records if not is_training_step(r)], PREFIX),
     }
+
+
+def series(records: list[dict], key: str) -> dict[str, list]:
+    """`key` against step, leaving out records where it is missing or undefined (no wins: no mean guesses)."""
+    points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+    return {"step": [step for step, _ in points], "value": [value for _, value in points]}
+
+
+def heldout_curves(records: list[dict], prefix: str) -> dict[str, dict[str, list]]:
+    if not any(prefix + "games" in r for r in records):
+        return {}
+    return {prefix + name: series(records, prefix + name) for name in HELD_OUT_CURVES}
+
+
+def heldout_note(records: list[dict]) -> str:
+    """How the held-out evals played ("32 held-out games at temperature 0.7"), or "" without any."""
+    prefix = PREFIX if is_rl(records) else SFT_PREFIX
+    played = {(r[prefix + "games"], str(r.get(prefix + "temperature", "?"))) for r in records if prefix + "games" in r}
+    return "; ".join(f"{games} held-out games at temperature {temperature}" for games, temperature in sorted(played))
 
 
 def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:
@@ -110,8 +146,8 @@ def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:
     return "".join(SPARKS[int((m - low) / span * (len(SPARKS) - 1)) if span > 0 else 0] for m in means)
 
 
-def report_table(run: str | Path, series: dict[str, dict[str, list]]) -> Table:
-    table = Table(title=f"RL run {run}")
+def report_table(title: str, series: dict[str, dict[str, list]]) -> Table:
+    table = Table(title=title)
     for column in ("curve", "first", "last", "min", "max", "over the steps"):
         table.add_column(column, justify="left" if column in ("curve", "over the steps") else "right")
     for name, data in series.items():
@@ -124,7 +160,8 @@ def report_table(run: str | Path, series: dict[str, dict[str, list]]) -> Table:
     return table
 
 
-def write_png(series: dict[str, dict[str, list]], path: str | Path) -> None:
+def write_png(series: dict[str, dict[str, list]], path: str | Path, title: str) -> None:
+    """Training curves in the left column, the held-out evals' beside them in the right."""
     try:
         import matplotlib
     except ImportError as err:
@@ -134,18 +171,34 @@ def write_png(series: dict[str, dict[str, list]], path: str | Path) -> None:
 
     from solver.fileio import atomic_write
 
-    figure, axes = plt.subplots(len(series), 1, figsize=(8, 2.6 * len(series)), sharex=True)
-    for axis, (name, data) in zip(axes, series.items()):
-        axis.plot(data["step"], data["value"], marker="." if len(data["value"]) < 50 else None)
-        axis.set_ylabel(name.replace("_", " "))
-        axis.grid(alpha=0.3)
-    axes[-1].set_xlabel("step")
-    figure.tight_layout()
+    held_out = [name for name in series if name.startswith((PREFIX, SFT_PREFIX))]
+    columns = [[name for name in series if name not in held_out], held_out]
+    columns = [names for names in columns if names]
+    rows = max(len(names) for names in columns)
+    figure, axes = plt.subplots(rows, len(columns), figsize=(7 * len(columns), 2.4 * rows + 0.6), sharex=True,
+                                squeeze=False, layout="constrained")
+    for column, names in enumerate(columns):
+        for row in range(rows):
+            axis = axes[row][column]
+            if row >= len(names):
+                axis.set_visible(False)
+                continue
+            data = series[names[row]]
+            axis.plot(data["step"], data["value"], marker="." if len(data["value"]) < 50 else None)
+            axis.set_ylabel(names[row].replace("_", " "))
+            axis.grid(alpha=0.3)
+            axis.tick_params(labelbottom=True)
+        axes[len(names) - 1][column].set_xlabel("step")
+    figure.suptitle(title)
     atomic_write(path, lambda tmp: figure.savefig(tmp, format="png", dpi=100))
     plt.close(figure)
 
 
-def show_report(run: str | Path, console: Console | None = None) -> dict[str, dict[str, list]]:
-    series = curves(load_metrics(run))
-    (console or Console()).print(report_table(run, series))
-    return series
+def show_report(run: str | Path, console: Console | None = None) -> tuple[dict[str, dict[str, list]], str]:
+    """Print the curves of `run`; returns them and the title that says what they are."""
+    records = load_metrics(run)
+    note = heldout_note(records)
+    title = f"{'RL' if is_rl(records) else 'SFT'} run {run}" + (f" ({note})" if note else "")
+    series = curves(records)
+    (console or Console()).print(report_table(title, series))
+    return series, title

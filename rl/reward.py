@@ -1,21 +1,28 @@
 """The one reward: how good an answer is at a position, component by component.
 
-GRPO advantages, expert-iteration filtering and eval's per-guess figures all read
-this kernel, so "good" means the same thing everywhere. Parsing is Python (the one
-strict parser in llm/format.py); scoring a whole group is one numba call over arrays,
-which also computes each guess's entropy with the solver's own `score_rows` kernel.
+GRPO advantages and expert-iteration filtering both read this kernel, so "good"
+means the same thing everywhere. Parsing is Python (the one strict parser in
+llm/format.py, the thought checker in sft/cot.py); scoring a whole group is one
+numba call over arrays, which also computes each guess's entropy with the solver's
+own `score_rows` kernel.
 
-Components (weighted, they sum to the total):
-- format: the answer parses as exactly one `<think>..</think><guess>..</guess>`.
-- valid: the guess is an accepted, new word.
-- consistent: the guess could still be the secret given all feedback so far.
-- info: the guess's entropy over the remaining candidates / the best available.
+An answer that cannot be played (no tags, malformed, several guesses, not five
+letters, not an accepted word, a repeat) is not played by the game, so it scores the
+floor, 0, whatever its kind: ranking one unplayable answer above another taught a
+model to make up words instead of repeating them. A word refused earlier at this
+turn is refused again for the same reason (the position has not changed), so it
+scores the floor too. A playable answer earns, weighted:
+- format + valid: the base credit for an answer the game accepts.
+- consistent: the guess fits all feedback so far.
+- possible: the guess is one of the remaining candidates (could be the secret).
+- info: the guess's entropy over the candidates / the best available.
+- thought: the share of the thought's sentences that are true (sft/cot.py).
 - win: the guess is the secret, plus a bonus for each guess left unused.
-- repeat: a penalty for replaying an earlier guess.
 
-Everything a model can earn is positive except the repeat penalty: negative-only
-rewards made a model stall (NOTES.md). An invalid word or a repeat earns at most the
-format credit, so neither can outscore a valid, consistent guess.
+Everything is >= 0 (negative-only rewards made a model stall), every playable
+answer scores more than any unplayable one, and `win` must exceed `info + thought`
+(checked by `RewardWeights.check`) so that a win outscores every answer that does
+not win.
 """
 
 from __future__ import annotations
@@ -26,76 +33,83 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 from numba import njit
 
-from llm.format import ALREADY_GUESSED, FORMAT_FAILURES, parse_answer
+from llm.format import FORMAT_FAILURES, parse_answer
+from sft.cot import check_thought
 from solver.entropy import score_rows
 from solver.entropy_bound import EntropyBound
+from solver.errors import UserError
 from solver.feedback import WIN, feedback_code
 from solver.setup import Setup
 from solver.state import MAX_GUESSES, GameState
 
-COMPONENTS = ("format", "valid", "consistent", "info", "win", "repeat")
-FORMAT, VALID, CONSISTENT, INFO, WIN_COL, REPEAT = range(len(COMPONENTS))
+COMPONENTS = ("format", "valid", "consistent", "possible", "info", "thought", "win")
+FORMAT, VALID, CONSISTENT, POSSIBLE, INFO, THOUGHT, WIN_COL = range(len(COMPONENTS))
 MAX_WEIGHT = 100.0
 
 
 @dataclass(frozen=True)
 class RewardWeights:
-    """Weights of the components; all >= 0 (`repeat` is subtracted)."""
+    """Weights of the components, all >= 0 (`speed` is the extra for a fast win)."""
 
     format: float = 0.2
     valid: float = 0.3
-    consistent: float = 0.5
+    consistent: float = 0.3
+    possible: float = 0.2
     info: float = 1.0
+    thought: float = 0.5
     win: float = 2.0
     speed: float = 1.0  # extra for a win on the first guess, falling linearly to 0 on the last
-    repeat: float = 0.5
 
     def vector(self) -> np.ndarray:
         return np.array([getattr(self, f.name) for f in fields(self)], dtype=np.float64)
 
+    def check(self, where: str = "reward") -> None:
+        """A win must outscore every answer that does not win, and a playable one every unplayable one."""
+        if not self.win > self.info + self.thought:
+            raise UserError(f"{where}: reward.win ({self.win}) must exceed reward.info + reward.thought "
+                            f"({self.info + self.thought}), or an answer that does not win can outscore a win")
+        if not self.format + self.valid > 0:
+            raise UserError(f"{where}: reward.format + reward.valid must be > 0, or a playable answer "
+                            "can score the same as an unplayable one")
+
     @property
     def bounds(self) -> tuple[float, float]:
         """The lowest and highest total any answer can score."""
-        return -self.repeat, self.format + self.valid + self.consistent + self.info + self.win + self.speed
+        return 0.0, sum(getattr(self, f.name) for f in fields(self))
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
 @njit(cache=True)
-def reward_kernel(matrix: np.ndarray, codes: np.ndarray, rows: np.ndarray, format_ok: np.ndarray,
-                  repeated: np.ndarray, candidates: np.ndarray, history_rows: np.ndarray,
-                  history_patterns: np.ndarray, secret_column: int, turn: int, best_entropy: float,
+def reward_kernel(matrix: np.ndarray, codes: np.ndarray, rows: np.ndarray, thought_scores: np.ndarray,
+                  candidates: np.ndarray, history_rows: np.ndarray, history_patterns: np.ndarray,
+                  secret_column: int, turn: int, best_entropy: float,
                   weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(total, weighted components) for a group of answers at one position.
 
-    `rows`: the guess's row in the allowed list, -1 where the answer has no playable
-    word (format failure or not an accepted word). `repeated`: the word was played
-    before. `history_*`: the turns so far. `secret_column`: -1 when the secret is
-    unknown (then nothing scores a win). `turn`: 1-based number of this guess.
-    `weights`: RewardWeights.vector().
+    `rows`: the guess's row in the allowed list, -1 where the answer cannot be played.
+    `thought_scores`: the checked share of true sentences per answer. `history_*`: the
+    turns so far. `secret_column`: -1 when the secret is unknown (nothing scores a win).
+    `turn`: 1-based number of this guess. `weights`: RewardWeights.vector().
     """
     n = rows.shape[0]
-    parts = np.zeros((n, 6), dtype=np.float64)
-    new_rows = np.empty(n, dtype=np.int64)
+    parts = np.zeros((n, 7), dtype=np.float64)
+    playable = np.empty(n, dtype=np.int64)
     k = 0
     for i in range(n):
-        if rows[i] >= 0 and not repeated[i]:
-            new_rows[k] = rows[i]
+        if rows[i] >= 0:
+            playable[k] = rows[i]
             k += 1
-    entropy, _ = score_rows(matrix, new_rows[:k], candidates)
+    entropy, _ = score_rows(matrix, playable[:k], candidates)
     scratch = np.zeros(26, dtype=np.int8)
     speed = (MAX_GUESSES - turn) / (MAX_GUESSES - 1)
     k = 0
     for i in range(n):
-        if format_ok[i]:
-            parts[i, 0] = weights[0]
-        if repeated[i]:
-            parts[i, 5] = -weights[6]
-            continue
         row = rows[i]
         if row < 0:
             continue
+        parts[i, 0] = weights[0]
         parts[i, 1] = weights[1]
         consistent = True
         for h in range(history_rows.shape[0]):
@@ -104,16 +118,24 @@ def reward_kernel(matrix: np.ndarray, codes: np.ndarray, rows: np.ndarray, forma
                 break
         if consistent:
             parts[i, 2] = weights[2]
+        possible = False
+        for c in candidates:
+            if matrix[row, c] == WIN:
+                possible = True
+                break
+        if possible:
+            parts[i, 3] = weights[3]
         if best_entropy > 1e-12:
-            parts[i, 3] = weights[3] * min(1.0, max(0.0, entropy[k] / best_entropy))
-        elif consistent:
-            parts[i, 3] = weights[3]  # one candidate left: only guessing it is informative
+            parts[i, 4] = weights[4] * min(1.0, max(0.0, entropy[k] / best_entropy))
+        elif possible:
+            parts[i, 4] = weights[4]  # one candidate left: only guessing it is informative
         k += 1
+        parts[i, 5] = weights[5] * thought_scores[i]
         if secret_column >= 0 and matrix[row, secret_column] == WIN:
-            parts[i, 4] = weights[4] + weights[5] * speed
+            parts[i, 6] = weights[6] + weights[7] * speed
     total = np.zeros(n, dtype=np.float64)
     for i in range(n):
-        for c in range(6):
+        for c in range(7):
             total[i] += parts[i, c]
     return total, parts
 
@@ -123,29 +145,26 @@ class ParsedGroup:
     """What the parser read from each answer, as the arrays the kernel takes."""
 
     guesses: tuple[str | None, ...]
-    failures: tuple[str | None, ...]
-    rows: np.ndarray
-    format_ok: np.ndarray
-    repeated: np.ndarray
+    failures: tuple[str | None, ...]  # None for a playable answer, else the parser's reason it cannot be
+    thoughts: tuple[str | None, ...]
+    rows: np.ndarray  # row of the guess in the allowed list; -1 when the answer cannot be played
 
     @property
     def playable(self) -> np.ndarray:
         """Answers that can be played: a parsed, accepted, new word."""
         return np.array([f is None for f in self.failures], dtype=bool)
 
+    @property
+    def format_ok(self) -> np.ndarray:
+        return np.array([f not in FORMAT_FAILURES for f in self.failures], dtype=bool)
+
 
 def parse_group(texts: list[str], state: GameState) -> ParsedGroup:
     lists = state.lists
     parsed = [parse_answer(text, lists, state.guesses) for text in texts]
-    rows = np.array([lists.index(p.guess) if p.failure in (None, ALREADY_GUESSED) else -1 for p in parsed],
-                    dtype=np.int64)
-    return ParsedGroup(
-        guesses=tuple(p.guess for p in parsed),
-        failures=tuple(p.failure for p in parsed),
-        rows=rows,
-        format_ok=np.array([p.failure not in FORMAT_FAILURES for p in parsed], dtype=np.bool_),
-        repeated=np.array([p.failure == ALREADY_GUESSED for p in parsed], dtype=np.bool_),
-    )
+    rows = np.array([lists.index(p.guess) if p.failure is None else -1 for p in parsed], dtype=np.int64)
+    return ParsedGroup(tuple(p.guess for p in parsed), tuple(p.failure for p in parsed),
+                       tuple(p.thought for p in parsed), rows)
 
 
 @dataclass(frozen=True)
@@ -158,9 +177,13 @@ class GroupRewards:
         return self.components[:, COMPONENTS.index(name)]
 
     @property
-    def tied(self) -> bool:
-        """True when every answer scored the same: the group carries no GRPO signal."""
-        return bool(np.ptp(self.total) <= 1e-9) if len(self.total) else True
+    def guess_quality(self) -> np.ndarray:
+        """The reward without the thought's credit: how good the move itself is."""
+        return self.total - self.components[:, THOUGHT]
+
+    def tied(self, threshold: float = 1e-9) -> bool:
+        """True when the rewards span less than `threshold`: the group carries no GRPO signal."""
+        return bool(np.ptp(self.total) < threshold) if len(self.total) else True
 
 
 class RewardScorer:
@@ -171,6 +194,7 @@ class RewardScorer:
     """
 
     def __init__(self, setup: Setup, weights: RewardWeights = RewardWeights(), memo_size: int = 4096) -> None:
+        weights.check()
         self.setup = setup
         self.weights = weights
         self._weights = weights.vector()
@@ -197,10 +221,12 @@ class RewardScorer:
         """Rewards of `texts` answered at `state` (a win only counts when `secret` is given)."""
         parsed = parse_group(texts, state)
         lists = self.setup.lists
+        thought_scores = np.array([check_thought(state, t, g).score if f is None else 0.0
+                                   for t, g, f in zip(parsed.thoughts, parsed.guesses, parsed.failures)])
         history_rows = np.array([lists.index(t.guess) for t in state.turns], dtype=np.int64)
         history_patterns = np.array([t.pattern for t in state.turns], dtype=np.int64)
         column = self._columns.get(secret, -1) if secret is not None else -1
-        total, parts = reward_kernel(self.setup.matrix, lists.allowed_codes, parsed.rows, parsed.format_ok,
-                                     parsed.repeated, state.candidates, history_rows, history_patterns, column,
+        total, parts = reward_kernel(self.setup.matrix, lists.allowed_codes, parsed.rows, thought_scores,
+                                     state.candidates, history_rows, history_patterns, column,
                                      len(state.turns) + 1, self.best_entropy(state), self._weights)
         return GroupRewards(total, parts, parsed)

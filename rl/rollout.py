@@ -29,7 +29,7 @@ class RolloutSettings:
     group_size: int = 8  # answers sampled at each position
     games_per_round: int = 4  # fresh games started each time more groups are wanted
     choose: str = "sampled"  # which member advances the game: "best" or "sampled"
-    temperature: float = 1.0
+    temperature: float = SamplingSettings.temperature  # eval's: training answers are the answers eval sees
     top_p: float = 1.0
     max_tokens: int = SamplingSettings.max_tokens  # room for the longest solver answer (~130 tokens)
     batch_size: int = 32  # sequences generated at once, across games and group members
@@ -61,8 +61,9 @@ class Rollout:
         self.groups.extend(other.groups)
         self.games.extend(other.games)
 
-    def stats(self) -> dict[str, float | None]:
-        """Reward mean/std and per component, win and invalid rates, over every answer."""
+    def stats(self, temperature: float) -> dict[str, float | None]:
+        """Reward mean/std and per component, win and invalid rates, over every answer
+        (sampled at `temperature`, which the figures carry)."""
         if not self.groups:
             return {}
         total = np.concatenate([g.rewards.total for g in self.groups])
@@ -73,6 +74,7 @@ class Rollout:
         stats = {"reward_mean": float(total.mean()), "reward_std": float(total.std()),
                  **{f"reward_{name}": float(parts[:, i].mean()) for i, name in enumerate(COMPONENTS)},
                  "invalid_rate": float(1.0 - playable.mean()), "format_rate": float(format_ok.mean()),
+                 "temperature": temperature,
                  "games": len(self.games), "wins": int(sum(won)),
                  "win_rate": float(np.mean(won)) if won else None,
                  "answer_tokens": int(sum(len(c.tokens) for g in self.groups for c in g.completions))}

@@ -6,9 +6,19 @@ secrets still fit (listed when there are few), and why the guess (the informatio
 gains in bits, the candidates expected to be left, whether it can be the answer; or
 "Only X remains."). Every token costs training time, so the text is terse. SFT data
 and RL's expert iteration both build targets with `expert_answer`.
+
+Because every sentence is read off the state, the same code also checks a thought a
+model wrote (`check_thought`): the true sentences for the model's own guess are
+known, so each sentence the model wrote is either one of them or a false claim (a
+wrong pattern, a letter called absent that is not, a wrong count, "Only X remains"
+when X does not fit, wrong bits). RL's reward credits true thoughts and expert
+iteration never trains on a false one.
 """
 
 from __future__ import annotations
+
+import re
+from dataclasses import dataclass
 
 from llm.format import format_answer
 from solver.entropy import guess_score
@@ -42,6 +52,62 @@ def thought(state: GameState, choice: Scored) -> str:
     parts.append(f"{choice.word}: {choice.entropy:.1f} bits, ~{choice.expected_left:.1f} words left; "
                  f"{verdict}.")
     return " ".join(parts)
+
+
+_SENTENCE_END = re.compile(r"(?<=\.)\s+")
+
+
+def sentences(text: str) -> list[str]:
+    """A thought cut into its sentences (each ends with a full stop; "4.7 bits" has no space after it)."""
+    return [part for part in _SENTENCE_END.split(" ".join(text.split())) if part]
+
+
+def true_sentences(state: GameState, guess: str) -> list[str]:
+    """What a truthful thought for playing `guess` at `state` says, in the solver's own words.
+
+    As `thought`, except that with one candidate left the true sentence names that
+    candidate, whatever the guess.
+    """
+    if len(state.candidates) == 1:
+        facts = knowledge(state.constraints) if state.turns else ["No feedback yet."]
+        return facts + [f"Only {state.candidate_words()[0]} remains."]
+    return sentences(thought(state, score_choice(state, guess)))
+
+
+@dataclass(frozen=True)
+class ThoughtCheck:
+    """How true a written thought is: `score` = true sentences / max(written, expected)."""
+
+    score: float
+    false_claims: tuple[str, ...]  # written sentences that are not true at the state
+    missing: tuple[str, ...]  # true sentences the thought left out
+
+    @property
+    def accepted(self) -> bool:
+        """Every sentence true and none left out: a thought fit to train on."""
+        return not self.false_claims and not self.missing
+
+
+def check_thought(state: GameState, written: str, guess: str) -> ThoughtCheck:
+    """Check each sentence of `written` (a model's thought for playing `guess`) against the state.
+
+    Sentences are compared whole: the feedback facts, the count or list of candidates
+    and the guess's bits and expected candidates are exact figures, so a sentence is
+    either the true one or a claim the solver can refute.
+    """
+    expected = true_sentences(state, guess)
+    truth = set(expected)
+    said = sentences(written)
+    true_said = [s for s in dict.fromkeys(said) if s in truth]
+    false_claims = tuple(s for s in said if s not in truth)
+    missing = tuple(s for s in expected if s not in said)
+    score = len(true_said) / max(len(said), len(expected), 1)
+    return ThoughtCheck(score, false_claims, missing)
+
+
+def truthful_answer(state: GameState, guess: str) -> str:
+    """The training target for playing `guess` at `state`: the guess with a true thought."""
+    return format_answer(" ".join(true_sentences(state, guess)), guess)
 
 
 def knowledge(known: Constraints) -> list[str]:

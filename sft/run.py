@@ -2,7 +2,8 @@
 
 Load the data (checked), the model, attach the adapter; train with `SFTTrainer`,
 logging every step to RUN/metrics.jsonl; every `eval_every` steps measure the
-validation loss and play a few held-out games greedily through the eval harness;
+validation loss and play a few held-out validation games (eval/validation.py,
+sampled at eval's temperature) through the eval harness;
 every `save_every` steps write a checkpoint (`sft.checkpoint`). At the end write
 RUN/adapter (an mlx-lm adapter folder) and, with `fuse`, RUN/fused, checked against
 the adapter. `resume` picks up at the last checkpoint with the same batches and
@@ -30,7 +31,6 @@ from solver.fileio import atomic_write_json, atomic_write_text
 
 VAL_EXAMPLES = 64  # validation loss on at most this many valid.jsonl examples: it runs every --eval-every steps
 FUSE_PROMPTS = 4
-EVAL_FIGURES = ("format_valid_rate", "win_rate", "mean_guesses", "invalid_word_rate", "consistency_rate")
 
 
 @dataclass(frozen=True)
@@ -105,34 +105,10 @@ class MetricsLog:
         atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
-class GameEval:
-    """A few held-out games played greedily: format-valid rate and win rate while training."""
-
-    def __init__(self, games: int, seed: int) -> None:
-        from eval.run import choose_secrets
-        from solver.setup import load_setup
-
-        self.setup = load_setup("answers")
-        self.secrets = choose_secrets(self.setup.lists.answers, "heldout", games, seed)
-        self.seed = seed
-
-    def __call__(self, model, tokenizer) -> dict:
-        from eval.run import play_and_summarise
-        from llm.generation import SamplingSettings
-        from llm.player import ModelPlayer
-
-        key = mx.array(mx.random.state[0])  # the player reseeds mlx: keep training's key as it was
-        model.eval()
-        player = ModelPlayer(model, tokenizer, "sft", SamplingSettings(temperature=0.0), self.seed,
-                             batch_size=len(self.secrets))
-        result = play_and_summarise(player, self.setup, self.secrets, show_progress=False)
-        model.train()
-        mx.random.state[0][...] = key
-        return {f"eval_{k}": result[k] for k in EVAL_FIGURES} | {"eval_games": len(self.secrets)}
-
-
 def run_sft(config: SFTConfig, resume: bool = False, fuse: bool = False, show_progress: bool = True) -> dict:
+    from eval.validation import HeldOutEval
     from llm.loading import load_model
+    from solver.setup import load_setup
 
     started = time.perf_counter()
     config.check()
@@ -164,13 +140,13 @@ def run_sft(config: SFTConfig, resume: bool = False, fuse: bool = False, show_pr
         out.mkdir(parents=True, exist_ok=True)
         metrics.path.unlink(missing_ok=True)
     atomic_write_json(out / "run.json", {**asdict(config), "trajectory": trajectory})
-    games = GameEval(config.eval_games, config.seed) if config.eval_games else None
+    games = HeldOutEval(load_setup("answers"), config.eval_games, config.seed) if config.eval_games else None
 
     def measure(record: dict) -> dict:
         if valid:
             record["val_loss"] = round(trainer.loss(valid, config.batch_size), 5)
         if games is not None:
-            record |= games(model, tokenizer)
+            record |= {f"eval_{k}": v for k, v in games(model, tokenizer).items()}
         return record
 
     mx.reset_peak_memory()

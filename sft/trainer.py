@@ -170,11 +170,13 @@ class BatchOrder:
 class SFTTrainer:
     """Masked-CE training of a model's trainable parameters, one compiled step at a time."""
 
-    def __init__(self, model: nn.Module, tokenizer, settings: OptimizerSettings = OptimizerSettings()) -> None:
+    def __init__(self, model: nn.Module, tokenizer, settings: OptimizerSettings = OptimizerSettings(),
+                 optimizer: optim.Optimizer | None = None) -> None:
+        """`optimizer` replaces the one `settings` describe (RL brings its own); clipping still follows `settings`."""
         self.model = model
         self.tokenizer = tokenizer
         self.settings = settings
-        self.optimizer = make_optimizer(settings)
+        self.optimizer = optimizer if optimizer is not None else make_optimizer(settings)
         self.answer_loss = answer_loss_for(model)
         self._step = self._compile_step()
 

@@ -80,8 +80,8 @@ def test_parser(setup, text, guess, failure):
 def test_format_answer_roundtrip(setup):
     text = fmt.format_answer("Only crane fits.", "crane")
     assert text.endswith(" crane fits.</think><guess> crane</guess>")  # the thought's own tokens, space included
-    assert fmt.parse_answer(text, setup.lists) == fmt.Parsed("crane")
-    assert fmt.parse_answer(text.replace(" crane</guess>", "CRANE</guess>"), setup.lists) == fmt.Parsed("crane")
+    assert fmt.parse_answer(text, setup.lists) == fmt.Parsed("crane", None, "Only crane fits.")
+    assert fmt.parse_answer(text.replace(" crane</guess>", "CRANE</guess>"), setup.lists).guess == "crane"
 
 
 @settings(max_examples=400, deadline=None)

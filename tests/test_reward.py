@@ -1,7 +1,8 @@
 """The reward kernel: its components on hand-made answers, and the properties RL relies on.
 
 Reward hacking seen in earlier attempts (NOTES.md): invalid words inside <guess>, empty
-or garbage output, several tags, repeating a guess. None of them may pay.
+or garbage output, several tags, repeating a guess. None of them may pay, and none may
+pay more than another: every answer the game cannot play scores the same floor.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llm.format import format_answer
+from llm.format import format_answer, parse_answer
 from rl.reward import COMPONENTS, RewardScorer, RewardWeights
+from sft.cot import truthful_answer
+from solver.errors import UserError
 from solver.entropy import score_guesses
 from solver.feedback import feedback
 from solver.setup import load_setup
@@ -42,26 +45,72 @@ def answer(word: str, thought: str = "thinking") -> str:
 
 def test_components_of_hand_made_answers(setup, scorer):
     secret = setup.lists.answers[10]
-    opener = next(w for w in setup.lists.answers if len(played(setup, secret, w).candidates) >= 2)
+    opener = next(w for w in setup.lists.answers if len(played(setup, secret, w).candidates) >= 3)
     state = played(setup, secret, opener)
     candidate = next(w for w in state.candidate_words() if w != secret)
-    texts = [answer(secret), answer(candidate), answer(opener), answer("zzzzz"), "no tags at all", ""]
+    texts = [answer(secret), answer(candidate), answer(opener), answer("zzzzz"), "no tags at all", "",
+             truthful_answer(state, candidate)]
     rewards = scorer.score(texts, state, secret)
     parts = {name: rewards.component(name) for name in COMPONENTS}
     w = scorer.weights
-    # The secret: every credit, and a win on guess 2 of 6 earns 4/5 of the speed bonus.
+    # The secret: every credit but the thought ("thinking" is no true sentence), and a win on
+    # guess 2 of 6 earns 4/5 of the speed bonus.
     assert parts["format"][0] == w.format and parts["valid"][0] == w.valid and parts["consistent"][0] == w.consistent
+    assert parts["possible"][0] == w.possible and parts["thought"][0] == 0
     assert parts["win"][0] == pytest.approx(w.win + w.speed * 4 / 5)
-    # Another candidate: consistent, no win.
-    assert parts["consistent"][1] == w.consistent and parts["win"][1] == 0
-    # Replaying the opener: format credit and the repeat penalty only.
-    assert parts["repeat"][2] == -w.repeat and parts["valid"][2] == 0 and parts["info"][2] == 0
-    assert rewards.total[2] == pytest.approx(w.format - w.repeat)
-    # Not a word: format credit only. No tags / empty: nothing.
-    assert rewards.total[3] == pytest.approx(w.format)
-    assert rewards.total[4] == rewards.total[5] == 0.0
-    assert rewards.parsed.failures == (None, None, "already_guessed", "not_allowed", "no_tags", "no_tags")
+    # Another candidate: consistent and possible, no win.
+    assert parts["consistent"][1] == w.consistent and parts["possible"][1] == w.possible and parts["win"][1] == 0
+    # Replaying the opener, a made-up word, no tags, nothing: all the same floor, 0.
+    assert list(rewards.total[2:6]) == [0.0] * 4 and not rewards.components[2:6].any()
+    assert rewards.parsed.failures[:6] == (None, None, "already_guessed", "not_allowed", "no_tags", "no_tags")
+    # The same candidate with a true thought: the thought's full credit on top.
+    assert parts["thought"][6] == w.thought
+    assert rewards.total[6] == pytest.approx(rewards.total[1] + w.thought)
     np.testing.assert_allclose(rewards.components.sum(axis=1), rewards.total)
+
+
+def test_consistent_and_possible_are_separate_credits(setup, scorer):
+    """A word that fits the feedback but is not a remaining answer earns `consistent`, not `possible`."""
+    for secret in setup.lists.answers[:60]:
+        state = played(setup, secret, setup.lists.answers[200])
+        fitting = [w for w in setup.lists.allowed if state.constraints.allows(w) and w not in state.candidate_words()]
+        if fitting:
+            break
+    rewards = scorer.score([answer(fitting[0]), answer(state.candidate_words()[0])], state, secret)
+    assert rewards.component("consistent").tolist() == [scorer.weights.consistent] * 2
+    assert rewards.component("possible").tolist() == [0.0, scorer.weights.possible]
+
+
+def test_a_word_refused_earlier_at_this_turn_scores_the_floor_again(setup, scorer):
+    """The position has not changed since the refusal, so neither has the reason."""
+    secret = setup.lists.answers[3]
+    state = played(setup, secret, setup.lists.answers[50])
+    for refused in ("zzzzz", "tone", setup.lists.answers[50]):
+        first = scorer.score([answer(refused)], state, secret)
+        again = scorer.score([answer(refused, "I said it before.")], state, secret)
+        assert first.total.tolist() == again.total.tolist() == [0.0]
+        assert again.parsed.failures == first.parsed.failures != (None,)
+
+
+def test_thought_credit_is_the_share_of_true_sentences(setup, scorer):
+    secret = setup.lists.answers[21]
+    state = played(setup, secret, setup.lists.answers[7])
+    guess = state.candidate_words()[0]
+    true = truthful_answer(state, guess)
+    sentences = parse_answer(true).thought.split(". ")
+    false_count = true.replace(f"{len(state.candidates)} possible", f"{len(state.candidates) + 5} possible")
+    rewards = scorer.score([true, false_count, answer(guess, "Only zzzzz remains.")], state, secret)
+    w = scorer.weights.thought
+    assert rewards.component("thought")[0] == w
+    assert rewards.component("thought")[1] == pytest.approx(w * (len(sentences) - 1) / len(sentences))
+    assert rewards.component("thought")[2] == 0.0
+
+
+def test_weights_that_let_a_non_win_beat_a_win_are_refused():
+    with pytest.raises(UserError, match="must exceed"):
+        RewardWeights(win=1.0, info=1.0, thought=0.5).check()
+    with pytest.raises(UserError, match="format"):
+        RewardWeights(format=0.0, valid=0.0).check()
 
 
 def test_information_is_relative_to_the_best_guess(setup, scorer):
@@ -95,17 +144,21 @@ def test_one_candidate_left_pays_info_only_for_it(setup, scorer):
 
 
 def test_weights_scale_components_and_bound_the_total(setup):
-    weights = RewardWeights(format=1.0, valid=0.0, consistent=2.0, info=0.0, win=5.0, speed=0.0, repeat=3.0)
+    weights = RewardWeights(format=1.0, valid=0.0, consistent=2.0, possible=0.5, info=0.0, thought=0.0, win=5.0,
+                            speed=0.0)
     scorer = RewardScorer(setup, weights)
     secret = setup.lists.answers[3]
     rewards = scorer.score([answer(secret)], setup.start, secret)
-    assert rewards.total[0] == pytest.approx(1.0 + 2.0 + 5.0)
-    assert weights.bounds == (-3.0, 8.0)
+    assert rewards.total[0] == pytest.approx(1.0 + 2.0 + 0.5 + 5.0)
+    assert weights.bounds == (0.0, 8.5)
 
 
 def test_tied_groups_are_flagged(setup, scorer):
-    assert scorer.score(["garbage", "more garbage"], setup.start).tied
-    assert not scorer.score(["garbage", answer(setup.lists.answers[0])], setup.start).tied
+    assert scorer.score(["garbage", "more garbage"], setup.start).tied()
+    assert not scorer.score(["garbage", answer(setup.lists.answers[0])], setup.start).tied()
+    close = scorer.score([answer(setup.lists.answers[0]), answer(setup.lists.answers[1])], setup.start)
+    spread = float(np.ptp(close.total))
+    assert close.tied(spread + 1e-6) and not close.tied(spread / 2)
 
 
 # ---- properties -------------------------------------------------------------------------
@@ -119,26 +172,44 @@ def position(setup, secret_index, guess_indices):
     return secret, played(setup, secret, *guesses)
 
 
+unplayable = st.one_of(
+    st.text(max_size=60),
+    st.builds(answer, st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=5, max_size=5), st.text(max_size=30)),
+    st.builds(answer, st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=8)),
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(positions, st.lists(unplayable, min_size=1, max_size=4), st.booleans())
+def test_unplayable_answers_all_score_the_floor_below_every_playable_one(setup, scorer, where, texts, repeat):
+    """No unplayable answer outscores another, and none outscores any playable answer."""
+    secret, state = position(setup, *where)
+    if repeat and state.turns:
+        texts = texts + [answer(state.guesses[0], "Only it remains.")]
+    playable_words = [w for w in setup.lists.allowed[::97] if w not in state.guesses]
+    rewards = scorer.score(texts + [answer(w, "x") for w in playable_words], state, secret)
+    is_playable = rewards.parsed.playable
+    assert len(set(rewards.total[~is_playable].tolist())) <= 1
+    if (~is_playable).any() and is_playable.any():
+        assert rewards.total[~is_playable].max() < rewards.total[is_playable].min()
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(positions, st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=5, max_size=5))
-def test_invalid_word_never_beats_a_valid_consistent_guess(setup, scorer, where, word):
+@given(positions, st.integers(0, 1468), st.booleans())
+def test_a_win_outscores_everything(setup, scorer, where, other, true_thought):
+    """Even the best non-winning move with a perfectly true thought scores below a bare win."""
     secret, state = position(setup, *where)
-    consistent = state.candidate_words()[0]
-    rewards = scorer.score([answer(word), answer(consistent)], state, secret)
-    if not setup.lists.is_allowed(word):
-        assert rewards.total[0] <= rewards.total[1]
-
-
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(positions)
-def test_repeating_never_beats_a_new_consistent_guess(setup, scorer, where):
-    secret, state = position(setup, *where)
-    if not state.turns:
+    if state.over:
         return
-    new = next(w for w in state.candidate_words() if w not in state.guesses)
-    rewards = scorer.score([answer(state.guesses[0]), answer(new)], state, secret)
-    assert rewards.parsed.failures[0] == "already_guessed"
-    assert rewards.total[0] < rewards.total[1]
+    word = setup.lists.allowed[other]
+    best = setup.lists.allowed[int(np.argmax(score_guesses(setup.matrix, np.arange(len(setup.lists.allowed)),
+                                                           state.candidates)[0]))]
+    texts = [answer(secret, "no reasoning")]
+    for guess in (word, best):
+        if guess != secret and guess not in state.guesses:
+            texts.append(truthful_answer(state, guess) if true_thought else answer(guess))
+    rewards = scorer.score(texts, state, secret)
+    assert rewards.total[0] > rewards.total[1:].max(initial=-1.0)
 
 
 garbage = st.one_of(

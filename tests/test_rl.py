@@ -25,13 +25,13 @@ from mlx.utils import tree_flatten, tree_map
 
 from cli import cli
 from eval.splits import is_held_out
-from llm.format import format_answer, prompt_tokens
+from llm.format import format_answer, parse_answer, prompt_tokens
 from llm.generation import Completion
 from llm.loading import load_model
 from rl.config import RLConfig, build_config, load_config_file
-from rl.expert_iteration import EISettings, ExpertIteration, passing_answers
+from rl.expert_iteration import EISettings, ExpertIteration, passing_answers, truthful_target
 from rl.grpo import (GrpoLearner, GrpoSettings, adapter_disabled, answer_logprobs, collect_groups,
-                     group_advantages, group_batches, prompt_kv)
+                     advantages, group_batches, prompt_kv)
 from rl.loop import PhaseOptimizers, RunRequest, run_rl
 from rl.policy import load_policy
 from rl.report import LiveView, curves, sparkline
@@ -39,6 +39,7 @@ from rl.reward import RewardScorer
 from rl.rollout import Group, Rollout, RolloutSettings, play
 from rl.schedule import parse_schedule
 from sft.checkpoint import latest_checkpoint, load_checkpoint
+from sft.cot import check_thought, truthful_answer
 from sft.lora import AdapterSettings, attach_adapter, save_adapter, trainable_weights
 from sft.states import sample_start_states
 from solver.errors import UserError
@@ -49,9 +50,9 @@ REPO = Path(__file__).resolve().parent.parent
 TIMING = {"seconds", "tokens_per_s", "gen_tokens_per_s", "peak_memory_gb", "rollout_seconds", "update_seconds",
           "rollout_peak_memory_gb", "update_peak_memory_gb"}
 # A run small enough for the tiny model on 2 cores: EI first, so the GRPO rollouts that
-# follow depend on weights a resume must have restored.
+# follow depend on weights a resume must have restored; held-out evals at steps 0, 2 and 3.
 TINY_RUN = {
-    "steps": 3, "schedule": "ei:1,grpo:1", "checkpoint_every": 1, "seed": 3,
+    "steps": 3, "schedule": "ei:1,grpo:1", "checkpoint_every": 1, "seed": 3, "eval_every": 2, "eval_games": 3,
     "rollout": {"group_size": 2, "games_per_round": 1, "max_tokens": 10, "batch_size": 8, "max_history": 2},
     "grpo": {"groups_per_step": 1, "max_rollouts": 2, "micro_batch": 2},
     "ei": {"states_per_step": 2, "samples": 2, "sft_steps": 1, "batch_size": 2, "learning_rate": 1e-3},
@@ -100,12 +101,21 @@ def weights_of(model) -> dict[str, np.ndarray]:
 
 # ---- advantages and group dropping -------------------------------------------------------
 
-def test_group_advantages_on_hand_made_groups():
-    np.testing.assert_allclose(group_advantages(np.array([1.0, 2.0, 3.0]), False), [-1, 0, 1])
-    np.testing.assert_allclose(group_advantages(np.array([1.0, 2.0, 3.0]), True),
+def test_advantages_on_hand_made_groups():
+    (plain,) = advantages([np.array([1.0, 2.0, 3.0])], "none")
+    np.testing.assert_allclose(plain, [-1, 0, 1])
+    np.testing.assert_allclose(advantages([np.array([1.0, 2.0, 3.0])], "group")[0],
                                np.array([-1, 0, 1]) / (math.sqrt(2 / 3) + 1e-6))
-    np.testing.assert_allclose(group_advantages(np.array([0.0, 0.0, 4.0, 0.0]), False), [-1, -1, 3, -1])
-    assert not group_advantages(np.array([2.5, 2.5]), True).any()  # a tie: nothing to learn
+    np.testing.assert_allclose(advantages([np.array([0.0, 0.0, 4.0, 0.0])], "none")[0], [-1, -1, 3, -1])
+    assert not advantages([np.array([2.5, 2.5])], "group")[0].any()  # a tie: nothing to learn
+    # The example: a 0.001 difference weighs like a win under the group's own std,
+    # and stays a thousandth of the batch's spread under the batch std.
+    tiny, big = np.array([1.5, 1.501, 1.5, 1.5]), np.array([0.0, 3.0, 0.0, 0.0])
+    assert advantages([tiny], "group")[0].max() == pytest.approx(advantages([big], "group")[0].max(), rel=1e-2)
+    small, large = advantages([tiny, big], "batch")
+    assert large.max() > 1.0 and small.max() < 1e-3 * large.max()
+    centred = np.concatenate([tiny - tiny.mean(), big - big.mean()])
+    np.testing.assert_allclose(np.concatenate([small, large]), centred / (centred.std() + 1e-6))
 
 
 def test_tied_groups_are_dropped_and_replaced(tiny_model_dir, setup, scorer):  # noqa: F811
@@ -113,10 +123,10 @@ def test_tied_groups_are_dropped_and_replaced(tiny_model_dir, setup, scorer):  #
     tied = hand_made_group(tokenizer, scorer, setup, ["junk", "more junk"])
     signal = hand_made_group(tokenizer, scorer, setup, [GOOD, BAD])
     rounds = iter([Rollout([tied, tied]), Rollout([tied, signal]), Rollout([signal])])
-    rollout, kept = collect_groups(lambda: next(rounds), wanted=1, max_rounds=5)
+    rollout, kept = collect_groups(lambda: next(rounds), wanted=1, max_rounds=5, tie_threshold=0.05)
     assert kept == [signal] and len(rollout.groups) == 4  # stopped after the round that filled the batch
     told = []
-    rollout, kept = collect_groups(lambda: Rollout([tied]), wanted=2, max_rounds=3,
+    rollout, kept = collect_groups(lambda: Rollout([tied]), wanted=2, max_rounds=3, tie_threshold=0.05,
                                    on_round=lambda done, found: told.append((done, found)))
     assert kept == [] and len(rollout.groups) == 3  # bounded attempts, then give up
     assert told == [(0, 0), (1, 0), (2, 0)]  # the progress display hears of every round before it runs
@@ -138,7 +148,7 @@ def test_shared_prompt_gradient_equals_whole_sequence_gradient(lora_model, setup
     group = hand_made_group(tokenizer, scorer, setup, MIXED)
     settings = GrpoSettings(kl_coef=0.0, micro_batch=3)
     learner = GrpoLearner(model, settings, 0.7, tokenizer.eos_token_id)
-    batch = group_batches([group], [group_advantages(group.rewards.total, True)], tokenizer.eos_token_id, 3)[0]
+    batch = group_batches([group], advantages([group.rewards.total], "group"), tokenizer.eos_token_id, 3)[0]
     n = int(sum(c.mask.sum().item() for c in batch.chunks))
     prompt_len = batch.prompt.shape[0]
 
@@ -168,7 +178,7 @@ def test_shared_prompt_gradient_equals_whole_sequence_gradient(lora_model, setup
 def test_grpo_updates_change_the_adapter_towards_the_better_answer(lora_model, setup, scorer):
     model, tokenizer = lora_model
     group = hand_made_group(tokenizer, scorer, setup, MIXED)
-    assert group.rewards.total[0] > group.rewards.total[2] > group.rewards.total[1]
+    assert group.rewards.total[0] > group.rewards.total[3] > group.rewards.total[2] == group.rewards.total[1]
     learner = GrpoLearner(model, GrpoSettings(learning_rate=1e-3, kl_coef=0.0, micro_batch=2), 1.0,
                           tokenizer.eos_token_id)
     batch = group_batches([group], [np.zeros(4)], tokenizer.eos_token_id, 4)[0]
@@ -249,7 +259,7 @@ def test_rollouts_play_whole_games_with_a_group_at_every_position(lora_model, se
     assert len({g.secret for g in rollout.games}) == 2
     assert all(len(g.completions) == 3 and len(g.rewards.total) == 3 for g in rollout.groups)
     # The random tiny model never answers in format: each game ends after 3 unplayable answers.
-    assert len(rollout.groups) == 6 and rollout.stats()["invalid_rate"] == 1.0
+    assert len(rollout.groups) == 6 and rollout.stats(0.7)["invalid_rate"] == 1.0
     assert {g.secret for g in rollout.groups} <= {"bunny", "crane"}
     # Each refused answer is named in the game's next prompt, as eval does.
     for game in rollout.games:
@@ -263,11 +273,21 @@ def test_passing_answers_keep_good_samples_and_the_solver_move(setup, scorer, ti
     _, tokenizer = load_model(str(tiny_model_dir))
     texts = [BAD, format_answer("a", "qqqqq"), GOOD, GOOD, format_answer("b", "salty")]
     group = hand_made_group(tokenizer, scorer, setup, texts)
-    threshold = group.rewards.total[2] - 1e-9  # only the winning answer clears it
-    assert passing_answers(group.rewards, texts, "nomad", threshold, keep=4) == [GOOD]  # duplicates once
-    # The solver's move passes whatever it scores.
-    assert passing_answers(group.rewards, texts, "salty", threshold, keep=4) == [GOOD, texts[4]]
-    assert passing_answers(group.rewards, texts, "nomad", 100.0, keep=4) == []
+    threshold = group.rewards.guess_quality[2] - 1e-9  # only the winning answer clears it
+    assert passing_answers(group.rewards, "nomad", threshold, keep=4) == [2]  # one answer per guess
+    # The solver's move passes whatever it scores; unplayable answers never do.
+    assert passing_answers(group.rewards, "salty", threshold, keep=4) == [2, 4]
+    assert passing_answers(group.rewards, "zzzzz", 100.0, keep=4) == []
+    assert passing_answers(group.rewards, "nomad", 100.0, keep=4) == []
+
+
+def test_kept_answers_with_false_thoughts_are_trained_with_the_true_one(setup):
+    state = setup.start.play("salet", feedback("salet", "bunny"))
+    true = truthful_answer(state, "bunny")
+    assert truthful_target(state, true, "bunny") == true
+    false = format_answer("Only vigor remains.", "bunny")
+    assert truthful_target(state, false, "bunny") == true
+    assert check_thought(state, parse_answer(truthful_target(state, false, "bunny")).thought, "bunny").accepted
 
 
 def test_expert_iteration_trains_on_expert_answers_when_no_sample_passes(lora_model, setup, scorer):
@@ -330,10 +350,12 @@ def test_config_files_and_overrides(tmp_path):
     ({"grpo": {"kl": 0.1}}, "unknown key grpo.kl"),
     ({"steps": "ten"}, "steps must be a whole number"),
     ({"steps": 2.5}, "steps must be a whole number"),
-    ({"grpo": {"normalize_std": "yes"}}, "grpo.normalize_std must be true or false"),
+    ({"grpo": {"advantage_scale": "yes"}}, "grpo.advantage_scale must be one of batch, group, none"),
+    ({"grpo": {"tie_threshold": -0.1}}, "grpo.tie_threshold must be >= 0"),
     ({"rollout": {"group_size": 1}}, "rollout.group_size must be >= 2"),
     ({"rollout": {"temperature": 0}}, "rollout.temperature must be > 0"),
-    ({"reward": {"repeat": -1}}, "reward.repeat must be >= 0"),
+    ({"reward": {"thought": -1}}, "reward.thought must be >= 0"),
+    ({"reward": {"win": 1.0}}, "reward.win (1.0) must exceed reward.info + reward.thought"),
     ({"rollout": {"choose": "worst"}}, "rollout.choose must be one of best, sampled"),
     ({"schedule": "grpo:4,sft:1"}, "unknown phase 'sft'"),
     ({"grpo": 3}, "grpo must be a mapping"),
@@ -391,7 +413,10 @@ def read_metrics(run: Path) -> list[dict]:
 def test_a_run_logs_every_step_and_never_plays_held_out_secrets(reference_run, tiny_model_dir):  # noqa: F811
     out, summary = reference_run
     records = read_metrics(out)
-    assert [(r["step"], r["phase"]) for r in records] == [(1, "ei"), (2, "grpo"), (3, "ei")]
+    assert [(r["step"], r["phase"]) for r in records] == [(0, "heldout"), (1, "ei"), (2, "grpo"), (2, "heldout"),
+                                                          (3, "ei"), (3, "heldout")]
+    evals = [r for r in records if r["phase"] == "heldout"]
+    records = [r for r in records if r["phase"] != "heldout"]
     grpo = records[1]
     # The tiny model answers garbage: every group ties, is dropped, and the step is skipped.
     assert grpo["dropped_fraction"] == 1.0 and grpo["skipped"] and grpo["games"] == 2
@@ -401,6 +426,11 @@ def test_a_run_logs_every_step_and_never_plays_held_out_secrets(reference_run, t
     assert records[0]["expert_fraction"] == 1.0 and math.isfinite(records[0]["loss"])
     assert not any(is_held_out(s) for r in records for s in r["secrets"])
     assert summary["steps"] == 3 and summary["grpo_steps"] == 1 and summary["ei_steps"] == 2
+    # The random model wins no held-out game: the start model's eval stays the best.
+    assert all(r["heldout_games"] == 3 and r["heldout_wins"] == 0 and r["heldout_temperature"] == 0.7 for r in evals)
+    assert json.loads((out / "best.json").read_text())["step"] == 0 == summary["best_step"]
+    assert summary["heldout_start"]["step"] == 0 and summary["heldout_last"]["step"] == 3
+    load_model(str(tiny_model_dir), out / "best")
     # The final adapter loads like any other and differs from a fresh one (EI trained it).
     model, _ = load_model(str(tiny_model_dir), out / "adapter")
     assert any(float(mx.abs(v).max()) > 0 for k, v in tree_flatten(model.parameters()) if "lora_b" in k)
@@ -457,6 +487,8 @@ def test_kill_during_save_keeps_the_last_checkpoint_and_resume_is_exact(tmp_path
     result = run_cli("rl", "--out", out, "--resume", "--quiet")
     assert result.exit_code == 0, result.output
     assert deterministic(read_metrics(out)) == deterministic(read_metrics(reference))
+    best, expected_best = (json.loads((p / "best.json").read_text()) for p in (out, reference))
+    assert {**best, "adapter": None} == {**expected_best, "adapter": None}
     resumed, expected = (mx.load(str(p / "adapter" / "adapters.safetensors")) for p in (out, reference))
     assert all(np.array_equal(np.array(resumed[k]), np.array(expected[k])) for k in expected)
 
@@ -469,6 +501,8 @@ def test_report_draws_the_curves(reference_run, tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["curves"]["reward_mean"]["step"] == [1, 2, 3]
     assert report["curves"]["cumulative_wins"] == {"step": [2], "value": [0]}
+    assert report["curves"]["heldout_wins"] == {"step": [0, 2, 3], "value": [0, 0, 0]}
+    assert report["title"].endswith("(3 held-out games at temperature 0.7)") and "heldout_wins" in result.output
     assert run_cli("report", tmp_path / "nothing").exit_code == 2
     pytest.importorskip("matplotlib")
     assert run_cli("report", out, "--png", tmp_path / "curves.png").exit_code == 0
@@ -484,3 +518,17 @@ def test_curves_and_sparklines_on_hand_made_metrics():
     assert series["win_rate"]["value"] == [0.25, 0.75] and series["reward_mean"]["step"] == [1, 2, 3]
     assert sparkline([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█" and sparkline([2, 2]) == "▁▁"
     assert len(sparkline(list(range(1000)), width=40)) == 40
+
+
+def test_advantage_study_sorts_groups_and_shares_the_weight():
+    from rl.advantage_study import group_kind, weight_shares
+
+    win, playable, quality, near = (np.array([0.6, 3.5]), np.array([0.0, 0.9]), np.array([0.6, 1.4]),
+                                    np.array([1.00, 1.04]))
+    assert [group_kind(g) for g in (win, playable, quality, near)] == ["win", "playable", "quality", "near_tie"]
+    step = [win, playable, quality, near]
+    by_group = weight_shares([step], "group", 0.0)
+    assert by_group["near_tie"] == pytest.approx(0.25, abs=1e-3)  # the group std makes every group weigh the same
+    by_batch = weight_shares([step], "batch", 0.0)
+    assert by_batch["near_tie"] < 0.02 and by_batch["win"] > 0.5
+    assert weight_shares([step], "batch", 0.05)["kept_groups"] == 3
