@@ -37,6 +37,9 @@ from solver.policy import Policy
 @dataclass(frozen=True)
 class EISettings:
     states_per_step: int = 8  # start states sampled per expert-iteration step
+    # Earliest turn trained: the empty board's answer is always the solver's opener, and
+    # drilling it made the model answer that word again at turn 2 (57 of its 71 repeats).
+    min_history: int = 1
     samples: int = 4  # answers sampled per state (K)
     threshold: float = 1.6  # guess quality (reward without the thought) at or above which a move is kept
     keep_per_state: int = 1  # most answers kept per state (best first)

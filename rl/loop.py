@@ -121,9 +121,9 @@ def run_rl(request: RunRequest) -> dict:
     else:
         _start_run_folder(out, request, config)
 
-    def starts(n: int):
+    def starts(n: int, min_history: int = 0):
         return sample_start_states(setup, solver, secrets, n, rng, config.rollout.max_history,
-                                   config.rollout.off_policy)
+                                   config.rollout.off_policy, min_history)
 
     def grpo_step(view: LiveView) -> dict:
         rollout_start = time.perf_counter()
@@ -148,7 +148,7 @@ def run_rl(request: RunRequest) -> dict:
 
     def ei_step(view: LiveView) -> dict:
         view.status(f"{config.ei.states_per_step} positions")
-        chosen = starts(config.ei.states_per_step)
+        chosen = starts(config.ei.states_per_step, config.ei.min_history)
         return {**ei.step(chosen, seed=int(rng.integers(2**31))), "secrets": sorted({s.secret for s in chosen})}
 
     def evaluate(step: int, view: LiveView) -> bool:

@@ -52,12 +52,13 @@ class PipelineSettings:
     ei_lr: float = 3e-4
     ei_sft_steps: int = 4
     grpo_lr: float = 1e-4
+    grpo_groups: int = 4  # informative groups per GRPO step, from one round of games
     eval_games: int = 32  # test games per model in the comparison
     max_tokens: int = 160  # the longest solver answer is ~130 tokens
 
     def check(self) -> None:
         for name in ("sft_games", "sft_iters", "rl_steps", "group_size", "rl_games", "rl_eval_games", "ei_sft_steps",
-                     "eval_games", "max_tokens"):
+                     "grpo_groups", "eval_games", "max_tokens"):
             if getattr(self, name) <= 0:
                 raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.rl_eval_every < 0:
@@ -124,7 +125,8 @@ def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = Tr
                                   "rollout.max_tokens": settings.max_tokens, "checkpoint_every": 1,
                                   "eval_games": settings.rl_eval_games, "eval_every": settings.rl_eval_every,
                                   "ei.learning_rate": settings.ei_lr, "ei.sft_steps": settings.ei_sft_steps,
-                                  "grpo.learning_rate": settings.grpo_lr},
+                                  "grpo.learning_rate": settings.grpo_lr, "grpo.groups_per_step": settings.grpo_groups,
+                                  "grpo.max_rollouts": 1},
                              "pipeline")
     rl = stages.run("rl", lambda: run_rl(RunRequest(settings.model, str(sft_dir / "adapter"), rl_dir, rl_config,
                                                     resume=latest_checkpoint(rl_dir) is not None,

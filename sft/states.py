@@ -45,13 +45,14 @@ def secret_columns(setup: Setup) -> dict[str, int]:
 
 
 def sample_start_state(setup: Setup, solver: Policy, secret: str, column: int, rng: np.random.Generator,
-                       max_history: int, off_policy: float = DEFAULT_OFF_POLICY) -> StartState:
-    """Play 0..max_history earlier turns (uniformly many) against `secret` at matrix `column`.
+                       max_history: int, off_policy: float = DEFAULT_OFF_POLICY, min_history: int = 0) -> StartState:
+    """Play min_history..max_history earlier turns (uniformly many) against `secret` at matrix `column`.
 
     History never wins the game: a solver move that would win ends the history early
     and the other players avoid the secret, so at least one guess is always left to make.
     """
-    turns = int(rng.integers(0, min(max_history, MAX_GUESSES - 1) + 1))
+    most = min(max_history, MAX_GUESSES - 1)
+    turns = int(rng.integers(min(min_history, most), most + 1))
     state, players = setup.start, []
     for _ in range(turns):
         player = _pick_player(rng, off_policy)
@@ -65,12 +66,12 @@ def sample_start_state(setup: Setup, solver: Policy, secret: str, column: int, r
 
 def sample_start_states(setup: Setup, solver: Policy, secrets: list[str] | tuple[str, ...], n: int,
                         rng: np.random.Generator, max_history: int = 4,
-                        off_policy: float = DEFAULT_OFF_POLICY) -> list[StartState]:
+                        off_policy: float = DEFAULT_OFF_POLICY, min_history: int = 0) -> list[StartState]:
     """`n` start states, each for a secret drawn uniformly (with replacement) from `secrets`."""
     columns = secret_columns(setup)
     picks = rng.integers(0, len(secrets), size=n)
-    return [sample_start_state(setup, solver, secrets[i], columns[secrets[i]], rng, max_history, off_policy)
-            for i in picks]
+    return [sample_start_state(setup, solver, secrets[i], columns[secrets[i]], rng, max_history, off_policy,
+                               min_history) for i in picks]
 
 
 def sample_rejections(state: GameState, rng: np.random.Generator, share: float = DEFAULT_REJECTED
