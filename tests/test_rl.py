@@ -532,3 +532,13 @@ def test_advantage_study_sorts_groups_and_shares_the_weight():
     by_batch = weight_shares([step], "batch", 0.0)
     assert by_batch["near_tie"] < 0.02 and by_batch["win"] > 0.5
     assert weight_shares([step], "batch", 0.05)["kept_groups"] == 3
+
+
+def test_expert_iteration_positions_start_after_the_opener(setup):
+    """EI draws positions from turn 2 on (the empty board's target is always the opener);
+    rollouts and gen-sft keep drawing empty boards too."""
+    solver, rng = setup.solver(), np.random.default_rng(4)
+    ei = sample_start_states(setup, solver, ["bunny", "crane", "lowly"], 60, rng, 4, min_history=EISettings().min_history)
+    assert EISettings().min_history == 1 and all(s.state.turns for s in ei)
+    plain = sample_start_states(setup, solver, ["bunny", "crane", "lowly"], 60, np.random.default_rng(4), 4)
+    assert any(not s.state.turns for s in plain)
