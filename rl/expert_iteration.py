@@ -21,7 +21,7 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_map
 
-from llm.format import messages, parse_answer, prompt_tokens
+from llm.format import messages, prompt_tokens
 from llm.generation import sample
 from rl.optimizer import rl_optimizer
 from rl.reward import GroupRewards, RewardScorer
@@ -83,7 +83,8 @@ class ExpertIteration:
             groups.append(Group(start.state, start.secret, prompt, completions, rewards))
             chosen = passing_answers(rewards, self.solver.choose(start.state), settings.threshold,
                                      settings.keep_per_state)
-            kept = [truthful_target(start.state, texts[i], rewards.parsed.guesses[i]) for i in chosen]
+            parsed = rewards.parsed
+            kept = [truthful_target(start.state, texts[i], parsed.thoughts[i], parsed.guesses[i]) for i in chosen]
             rewritten += sum(text != texts[i] for text, i in zip(kept, chosen))
             if not kept:
                 kept = [expert_answer(self.solver, start.state)]
@@ -133,10 +134,9 @@ def passing_answers(rewards: GroupRewards, solver_move: str, threshold: float, k
     return list(kept.values())[:keep]
 
 
-def truthful_target(state, text: str, guess: str) -> str:
-    """`text` if its thought is true at `state`, else the same guess with the true thought."""
-    parsed_thought = parse_answer(text).thought
-    if parsed_thought is not None and check_thought(state, parsed_thought, guess).accepted:
+def truthful_target(state, text: str, thought: str | None, guess: str) -> str:
+    """`text` if its `thought` (as the parser read it) is true at `state`, else the same guess with the true thought."""
+    if thought is not None and check_thought(state, thought, guess).accepted:
         return text
     return truthful_answer(state, guess)
 

@@ -284,10 +284,11 @@ def test_passing_answers_keep_good_samples_and_the_solver_move(setup, scorer, ti
 def test_kept_answers_with_false_thoughts_are_trained_with_the_true_one(setup):
     state = setup.start.play("salet", feedback("salet", "bunny"))
     true = truthful_answer(state, "bunny")
-    assert truthful_target(state, true, "bunny") == true
+    assert truthful_target(state, true, parse_answer(true).thought, "bunny") == true
     false = format_answer("Only vigor remains.", "bunny")
-    assert truthful_target(state, false, "bunny") == true
-    assert check_thought(state, parse_answer(truthful_target(state, false, "bunny")).thought, "bunny").accepted
+    assert truthful_target(state, false, "Only vigor remains.", "bunny") == true
+    rewritten = truthful_target(state, false, "Only vigor remains.", "bunny")
+    assert check_thought(state, parse_answer(rewritten).thought, "bunny").accepted
 
 
 def test_expert_iteration_trains_on_expert_answers_when_no_sample_passes(lora_model, setup, scorer):
