@@ -147,9 +147,11 @@ def run_rl(request: RunRequest) -> dict:
                 "group_rewards": [[round(float(x), 4) for x in g.rewards.total] for g in rollout.groups]}
 
     def ei_step(view: LiveView) -> dict:
-        view.status(f"{config.ei.states_per_step} positions")
-        chosen = starts(config.ei.states_per_step, config.ei.min_history)
-        return {**ei.step(chosen, seed=int(rng.integers(2**31))), "secrets": sorted({s.secret for s in chosen})}
+        played = config.ei.positions == "played"
+        count = config.ei.games_per_step if played else config.ei.states_per_step
+        view.status(f"{count} {'games' if played else 'positions'}")
+        chosen = starts(count, config.ei.min_history)
+        return {**ei.step(chosen, rng), "secrets": sorted({s.secret for s in chosen})}
 
     def evaluate(step: int, view: LiveView) -> bool:
         """Play the held-out games with the policy as it is; True when they beat the best so far."""
