@@ -15,7 +15,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rl.expert_iteration import POSITIONS, EISettings
+from rl.expert_iteration import EXPERTS, POSITIONS, EISettings
 from rl.grpo import ADVANTAGE_SCALES, GrpoSettings
 from rl.reward import MAX_WEIGHT, RewardWeights
 from rl.rollout import CHOICES, RolloutSettings
@@ -69,7 +69,7 @@ RANGES: dict[str, tuple[float, float] | tuple[float, float, str]] = {
     "lora.rank": (1, 1024), "lora.scale": (0.0, 1000.0, "("), "lora.dropout": (0.0, 1.0),
 }
 CHOICE_KEYS = {"secrets": SECRET_KINDS, "rollout.choose": CHOICES, "grpo.advantage_scale": ADVANTAGE_SCALES,
-               "ei.positions": POSITIONS}
+               "ei.positions": POSITIONS, "ei.expert": EXPERTS}
 
 
 def load_config_file(path: str | Path) -> dict:

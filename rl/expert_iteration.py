@@ -35,15 +35,19 @@ from sft.data import Conversation
 from sft.lora import trainable_weights
 from sft.states import StartState
 from sft.trainer import OptimizerSettings, SFTTrainer
-from solver.policy import Policy
+from solver.policy import CandidatePolicy, EntropySolver, Policy
 
 
 POSITIONS = ("played", "sampled")
+EXPERTS = ("solver", "candidates")
 
 
 @dataclass(frozen=True)
 class EISettings:
     positions: str = "played"  # every position of games the model plays, or the start states alone
+    # Whose move a position is taught where no sample passes: the solver's, or its best
+    # among the words that can still be the secret (solver/policy.py CandidatePolicy).
+    expert: str = "solver"
     games_per_step: int = 2  # games played per step ("played")
     states_per_step: int = 8  # start states per step ("sampled")
     # Earliest turn trained: the empty board's answer is always the solver's opener, and
@@ -70,12 +74,12 @@ class Targets:
 class ExpertIteration:
     """One SFT trainer (and its optimizer) for every expert-iteration step of a run."""
 
-    def __init__(self, model, tokenizer, scorer: RewardScorer, solver: Policy, settings: EISettings,
+    def __init__(self, model, tokenizer, scorer: RewardScorer, expert: Policy, settings: EISettings,
                  rollout: RolloutSettings) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.scorer = scorer
-        self.solver = solver
+        self.expert = expert
         self.settings = settings
         self.rollout = rollout
         self.trainer = SFTTrainer(model, tokenizer, OptimizerSettings(learning_rate=settings.learning_rate),
@@ -103,12 +107,12 @@ class ExpertIteration:
         for group in trained:
             texts = [c.text for c in group.completions]
             rewards, parsed = group.rewards, group.rewards.parsed
-            chosen = passing_answers(rewards, self.solver.choose(group.state), settings.threshold,
+            chosen = passing_answers(rewards, self.expert.choose(group.state), settings.threshold,
                                      settings.keep_per_state)
             kept = [truthful_target(group.state, texts[i], parsed.thoughts[i], parsed.guesses[i]) for i in chosen]
             rewritten += sum(text != texts[i] for text, i in zip(kept, chosen))
             if not kept:
-                kept = [expert_answer(self.solver, group.state)]
+                kept = [expert_answer(self.expert, group.state)]
                 expert_states += 1
             conversations.extend(messages(group.state, group.rejected) + [{"role": "assistant", "content": text}]
                                  for text in kept)
@@ -174,3 +178,8 @@ def _assign_into(target, source) -> None:
             _assign_into(target[key], source[key])
         else:
             target[key] = source[key]
+
+
+def expert_policy(solver: EntropySolver, settings: EISettings) -> Policy:
+    """The expert `settings.expert` names."""
+    return CandidatePolicy(solver) if settings.expert == "candidates" else solver

@@ -28,7 +28,7 @@ from eval.splits import trainable
 from eval.validation import HeldOutEval
 from llm.generation import SamplingSettings
 from rl.config import RLConfig, build_config, load_config_file
-from rl.expert_iteration import ExpertIteration
+from rl.expert_iteration import ExpertIteration, expert_policy
 from rl.grpo import GrpoLearner, collect_groups
 from rl.heldout import BestSoFar, figures_of, heldout_record, heldout_summary, is_training_step
 from rl.policy import load_policy
@@ -99,7 +99,7 @@ def run_rl(request: RunRequest) -> dict:
     solver = setup.solver()
     scorer = RewardScorer(setup, config.reward)
     grpo = GrpoLearner(model, config.grpo, config.rollout.temperature, tokenizer.eos_token_id)
-    ei = ExpertIteration(model, tokenizer, scorer, solver, config.ei, config.rollout)
+    ei = ExpertIteration(model, tokenizer, scorer, expert_policy(solver, config.ei), config.ei, config.rollout)
     optimizers = PhaseOptimizers(grpo.optimizer, ei.trainer.optimizer)
     optimizers.init(model.trainable_parameters())
     rng = np.random.default_rng(config.seed)

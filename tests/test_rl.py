@@ -29,7 +29,7 @@ from llm.format import format_answer, parse_answer, prompt_tokens, render_state
 from llm.generation import Completion
 from llm.loading import load_model
 from rl.config import RLConfig, build_config, load_config_file
-from rl.expert_iteration import EISettings, ExpertIteration, passing_answers, truthful_target
+from rl.expert_iteration import EISettings, ExpertIteration, expert_policy, passing_answers, truthful_target
 from rl.grpo import (GrpoLearner, GrpoSettings, adapter_disabled, answer_logprobs, collect_groups,
                      advantages, group_batches, prompt_kv)
 from rl.loop import PhaseOptimizers, RunRequest, run_rl
@@ -41,7 +41,7 @@ from rl.schedule import parse_schedule
 from sft.checkpoint import latest_checkpoint, load_checkpoint
 from sft.cot import check_thought, truthful_answer
 from sft.lora import AdapterSettings, attach_adapter, save_adapter, trainable_weights
-from sft.states import sample_start_states
+from sft.states import StartState, sample_start_states
 from solver.errors import UserError
 from solver.feedback import feedback
 from solver.setup import load_setup
@@ -330,6 +330,23 @@ def test_expert_iteration_trains_on_the_positions_its_own_games_reach(lora_model
     assert prompts[2] == render_state(starts[0].state, played.groups[2].rejected) != prompts[1]
     move = setup.solver().choose(starts[0].state)
     assert all(c[-1]["content"].endswith(f"<guess> {move}</guess>") for c in targets.conversations)
+
+
+def test_candidate_expert_teaches_words_that_fit_the_clues(lora_model, setup, scorer):
+    model, tokenizer = lora_model
+    expert = expert_policy(setup.solver(), EISettings(expert="candidates"))
+    state = setup.start.play("salet", feedback("salet", "bunny"))
+    move = expert.choose(state)
+    answers = setup.lists.secrets("answers")
+    remaining = {answers[i] for i in state.candidates}
+    assert setup.solver().choose(state) == "cornu" and "cornu" not in remaining
+    assert move == "crony" and move in remaining
+    ei = ExpertIteration(model, tokenizer, scorer, expert, EISettings(games_per_step=1, samples=2),
+                         RolloutSettings(max_tokens=8, batch_size=8))
+    start = StartState("bunny", state, ("solver",))
+    mx.random.seed(0)
+    targets = ei.targets(ei.positions([start], np.random.default_rng(0)))
+    assert targets.conversations[0][-1]["content"].endswith("<guess> crony</guess>")
 
 
 def test_expert_iteration_undoes_a_nonfinite_step(lora_model, setup, scorer):
