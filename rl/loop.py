@@ -102,6 +102,7 @@ def run_rl(request: RunRequest) -> dict | None:
     games_per_round = distributed.portion(config.rollout.games_per_round, "rollout.games_per_round")
     groups_wanted = distributed.portion(config.grpo.groups_per_step, "grpo.groups_per_step")
     states_per_step = distributed.portion(config.ei.states_per_step, "ei.states_per_step")
+    distributed.portion(config.ei.batch_size, "ei.batch_size")  # checked now, not at the first EI step
     setup = load_setup(config.secrets)
     secrets = trainable(setup.lists.secrets(config.secrets))  # eval's held-out secrets never train
     mx.random.seed(config.seed)
@@ -132,11 +133,12 @@ def run_rl(request: RunRequest) -> dict | None:
         _restore_rank_dice(checkpoint.extra.get("ranks"), rng)
         best = BestSoFar(out, checkpoint.extra.get("best"))
     distributed.barrier()  # every process has read the folder before rank 0 changes it
-    if main and request.resume:
-        metrics.keep_until(start)
-        best.resume(policy, start)
-    elif main:
-        _start_run_folder(out, request, config)
+    if main:
+        if request.resume:
+            metrics.keep_until(start)
+            best.resume(policy, start)
+        else:
+            _start_run_folder(out, request, config)
 
     def starts(n: int, min_history: int = 0):
         return sample_start_states(setup, solver, secrets, n, rng, config.rollout.max_history,

@@ -177,3 +177,13 @@ def test_two_rank_rl_run_killed_mid_save_resumes_exactly(tmp_path, tiny_model_di
     assert len(state["ranks"]) == 2 and state["ranks"][0]["rng"] != state["ranks"][1]["rng"]
     resumed, expected = (mx.load(str(p / "adapter" / "adapters.safetensors")) for p in (out, whole))
     assert all(np.array_equal(np.array(resumed[k]), np.array(expected[k])) for k in expected)
+
+
+@pytest.mark.slow
+@needs_launch
+def test_a_step_too_small_to_share_is_a_one_line_error(tmp_path, tiny_model_dir) -> None:  # noqa: F811
+    result = launch(REPO / "cli.py", "rl", "--model", tiny_model_dir, "--out", tmp_path / "run", "--games", "1")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    # Each rank finds the mistake; mlx.launch may stop the second before it prints.
+    assert set(errors) == {"error: rollout.games_per_round is 1: too few to share among 2 processes"}, result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "run").exists()
