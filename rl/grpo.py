@@ -26,6 +26,10 @@ at most `micro_batch` answers that attend to their group's prompt keys and value
 (computed once per group, see `GrpoLearner`), so neither prompt work nor peak memory
 grows with the group size. Groups whose rewards tie carry no signal and never reach
 this step.
+
+Under `mlx.launch` (llm/distributed.py) each process brings its own groups: the batch
+std, the token count the loss is divided by and the gradient are of every rank's
+groups together, so the update is the one a single process would make on all of them.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from mlx.utils import tree_map
 from mlx_lm.models.cache import create_attention_mask
 from mlx_lm.tuner.lora import LoRAEmbedding, LoRALinear, LoRASwitchLinear
 
+from llm import distributed
 from llm.generation import STOP_TEXT, Completion
 from rl.optimizer import rl_optimizer
 from rl.rollout import Group, Rollout
@@ -73,8 +78,8 @@ def advantages(rewards: list[np.ndarray], scale: str, eps: float = 1e-6) -> list
     centred = [np.asarray(r, dtype=np.float64) - np.mean(r) for r in rewards]
     if scale == "group":
         return [c / (c.std() + eps) for c in centred]
-    if scale == "batch":
-        std = np.concatenate(centred).std() if centred else 0.0
+    if scale == "batch":  # every process's groups under mlx.launch
+        std = distributed.pooled_std(np.concatenate(centred) if centred else np.zeros(0))
         return [c / (std + eps) for c in centred]
     return centred
 
@@ -304,7 +309,7 @@ class GrpoLearner:
         model, settings = self.model, self.settings
         scaled = advantages([g.rewards.total for g in groups], settings.advantage_scale)
         batches = group_batches(groups, scaled, self.eos_token_id, settings.micro_batch)
-        n_tokens = max(1, int(sum(c.mask.sum().item() for gb in batches for c in gb.chunks)))
+        n_tokens = max(1, int(distributed.total(sum(c.mask.sum().item() for gb in batches for c in gb.chunks))))
         refs = self.reference_logprobs(batches) if settings.kl_coef > 0 else None
         olds: dict[tuple[int, int], mx.array] = {}
         figures = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0, "nonfinite_skipped": 0}
@@ -327,6 +332,10 @@ class GrpoLearner:
                     loss, kl_sum, clip_sum = loss + part.item(), kl_sum + kl.item(), clip_sum + clip.item()
                 grads = _add(grads, self._prompt_grad(params, model, gb.prompt, kv_grad))
                 mx.eval(grads)
+            if distributed.world().size > 1:  # each rank's loss is its share of the whole: sum them
+                grads = distributed.combine_gradients(
+                    grads if grads is not None else tree_map(mx.zeros_like, model.trainable_parameters()))
+                loss, kl_sum, clip_sum = distributed.total([loss, kl_sum, clip_sum])
             grads, norm = optim.clip_grad_norm(grads, settings.max_grad_norm)
             norm = norm.item()
             if math.isfinite(loss) and math.isfinite(norm):

@@ -10,6 +10,12 @@ adapter (start adapter and RL adapter merged, rl/policy.py), loadable with `--ad
 anywhere. Before the first step, every `eval_every` steps and after the last, the
 policy plays the same held-out validation games; the best of those evals is kept as
 RUN/best (rl/heldout.py).
+
+Under `mlx.launch -n N` (llm/distributed.py) each process plays its share of the games,
+groups and expert-iteration positions with its own dice (numpy generator and mlx key,
+both kept per rank in the checkpoint), and the updates combine every rank's gradient.
+Rank 0 alone plays the held-out games, writes the run folder and shows the live view;
+a step's logged figures are of all ranks' games. A run resumes with the N it began with.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import numpy as np
 
 from eval.splits import trainable
 from eval.validation import HeldOutEval
+from llm import distributed
 from llm.generation import SamplingSettings
 from rl.config import RLConfig, build_config, load_config_file
 from rl.expert_iteration import ExpertIteration, expert_policy
@@ -84,17 +91,27 @@ def resume_request(out: Path, steps: int | None, show_progress: bool = True) -> 
     return RunRequest(run["model"], adapter, out, config, resume=True, show_progress=show_progress)
 
 
-def run_rl(request: RunRequest) -> dict:
+def run_rl(request: RunRequest) -> dict | None:
+    """The run's summary; None on the processes other than rank 0 under mlx.launch."""
     from rl.report import LiveView
     from solver.setup import load_setup
 
     config, out = request.config, request.out
+    main = distributed.world().is_main
     _check_run_folder(out, request.resume)
+    games_per_round = distributed.portion(config.rollout.games_per_round, "rollout.games_per_round")
+    groups_wanted = distributed.portion(config.grpo.groups_per_step, "grpo.groups_per_step")
+    ei_played = config.ei.positions == "played"
+    ei_starts = distributed.portion(config.ei.games_per_step if ei_played else config.ei.states_per_step,
+                                    "ei.games_per_step" if ei_played else "ei.states_per_step")
+    distributed.portion(config.ei.batch_size, "ei.batch_size")  # checked now, not at the first EI step
     setup = load_setup(config.secrets)
     secrets = trainable(setup.lists.secrets(config.secrets))  # eval's held-out secrets never train
     mx.random.seed(config.seed)
     policy = load_policy(request.model, request.adapter, config.lora)
     model, tokenizer = policy.model, policy.tokenizer
+    if not main:  # the same adapter initialisation everywhere, then each rank's own dice
+        mx.random.seed(distributed.rank_seed(config.seed))
 
     solver = setup.solver()
     scorer = RewardScorer(setup, config.reward)
@@ -102,7 +119,7 @@ def run_rl(request: RunRequest) -> dict:
     ei = ExpertIteration(model, tokenizer, scorer, expert_policy(solver, config.ei), config.ei, config.rollout)
     optimizers = PhaseOptimizers(grpo.optimizer, ei.trainer.optimizer)
     optimizers.init(model.trainable_parameters())
-    rng = np.random.default_rng(config.seed)
+    rng = np.random.default_rng(distributed.rank_seed(config.seed))
     schedule = config.phases
     metrics = MetricsLog(out / "metrics.jsonl")
     # Sampled at eval's temperature, with the answer length the rollouts allow.
@@ -115,11 +132,15 @@ def run_rl(request: RunRequest) -> dict:
         checkpoint = load_checkpoint(out, model, optimizers)
         start = checkpoint.step
         rng.bit_generator.state = checkpoint.extra["rng"]
-        metrics.keep_until(start)
+        _restore_rank_dice(checkpoint.extra.get("ranks"), rng)
         best = BestSoFar(out, checkpoint.extra.get("best"))
-        best.resume(policy, start)
-    else:
-        _start_run_folder(out, request, config)
+    distributed.barrier()  # every process has read the folder before rank 0 changes it
+    if main:
+        if request.resume:
+            metrics.keep_until(start)
+            best.resume(policy, start)
+        else:
+            _start_run_folder(out, request, config)
 
     def starts(n: int, min_history: int = 0):
         return sample_start_states(setup, solver, secrets, n, rng, config.rollout.max_history,
@@ -127,31 +148,31 @@ def run_rl(request: RunRequest) -> dict:
 
     def grpo_step(view: LiveView) -> dict:
         rollout_start = time.perf_counter()
-        wanted = config.grpo.groups_per_step
         rollout, kept = collect_groups(
-            lambda: play(model, tokenizer, scorer, starts(config.rollout.games_per_round), config.rollout, rng),
-            wanted, config.grpo.max_rollouts, config.grpo.tie_threshold,
-            on_round=lambda done, found: view.status(f"round {done + 1}, {found}/{wanted} groups"))
+            lambda: play(model, tokenizer, scorer, starts(games_per_round), config.rollout, rng),
+            groups_wanted, config.grpo.max_rollouts, config.grpo.tie_threshold,
+            on_round=lambda done, found: view.status(f"round {done + 1}, {found}/{groups_wanted} groups"))
         update_start, rollout_peak = time.perf_counter(), mx.get_peak_memory()
         mx.reset_peak_memory()
-        view.status(f"update, {len(kept)} groups")
-        figures = grpo.update(kept) if kept else {"skipped": "no informative group"}
-        stats = rollout.stats(config.rollout.temperature)
-        return {**stats, **figures, "groups": len(rollout.groups), "informative_groups": len(kept),
-                "dropped_fraction": 1.0 - len(kept) / len(rollout.groups),
+        informative = int(distributed.total(len(kept)))
+        view.status(f"update, {informative} groups")
+        figures = grpo.update(kept) if informative else {"skipped": "no informative group"}
+        stats = whole_step({**rollout.stats(config.rollout.temperature), "groups": len(rollout.groups),
+                            "secrets": sorted({g.secret for g in rollout.games}),
+                            "group_rewards": [[round(float(x), 4) for x in g.rewards.total]
+                                              for g in rollout.groups]}, len(rollout.groups))
+        return {**stats, **figures, "informative_groups": informative,
+                "dropped_fraction": 1.0 - informative / stats["groups"],
                 "rollout_seconds": update_start - rollout_start,
                 "update_seconds": time.perf_counter() - update_start,
                 "rollout_peak_memory_gb": rollout_peak / 1e9, "update_peak_memory_gb": mx.get_peak_memory() / 1e9,
-                "gen_tokens_per_s": stats["answer_tokens"] / (update_start - rollout_start),
-                "secrets": sorted({g.secret for g in rollout.games}),
-                "group_rewards": [[round(float(x), 4) for x in g.rewards.total] for g in rollout.groups]}
+                "gen_tokens_per_s": stats["answer_tokens"] / (update_start - rollout_start)}
 
     def ei_step(view: LiveView) -> dict:
-        played = config.ei.positions == "played"
-        count = config.ei.games_per_step if played else config.ei.states_per_step
-        view.status(f"{count} {'games' if played else 'positions'}")
-        chosen = starts(count, config.ei.min_history)
-        return {**ei.step(chosen, rng), "secrets": sorted({s.secret for s in chosen})}
+        view.status(f"{ei_starts} {'games' if ei_played else 'positions'}")
+        chosen = starts(ei_starts, config.ei.min_history)
+        figures = ei.step(chosen, rng)
+        return whole_step({**figures, "secrets": sorted({s.secret for s in chosen})}, figures["positions"])
 
     def evaluate(step: int, view: LiveView) -> bool:
         """Play the held-out games with the policy as it is; True when they beat the best so far."""
@@ -160,8 +181,8 @@ def run_rl(request: RunRequest) -> dict:
         metrics.append(record)
         return best.offer(figures_of(record))
 
-    with LiveView(config.steps, start, request.show_progress) as view:
-        if held_out is not None and not request.resume and evaluate(0, view):
+    with LiveView(config.steps, start, request.show_progress and main) as view:
+        if held_out is not None and not request.resume and main and evaluate(0, view):
             best.export(policy)
         for step in range(start, config.steps):
             phase = schedule.phase(step)
@@ -173,21 +194,77 @@ def run_rl(request: RunRequest) -> dict:
             record = {"step": step + 1, "phase": phase, **record, "seconds": seconds,
                       "tokens_per_s": (record["answer_tokens"] + record.get("trained_tokens", 0)) / seconds,
                       "peak_memory_gb": max(mx.get_peak_memory() / 1e9, record.get("rollout_peak_memory_gb", 0.0))}
-            metrics.append(record)
+            if main:
+                metrics.append(record)
             last = step + 1 == config.steps
             improved = (held_out is not None and ((step + 1) % config.eval_every == 0 or last)
-                        and evaluate(step + 1, view))
+                        and distributed.main_decides(main and evaluate(step + 1, view)))
             # A new best is checkpointed before RUN/best is replaced: see rl/heldout.py.
             if improved or (step + 1) % config.checkpoint_every == 0 or last:
-                save_checkpoint(out, model, optimizers, step + 1, policy.adapter_config,
-                                {"rng": rng.bit_generator.state, "schedule": str(schedule),
-                                 "schedule_position": schedule.position(step + 1), "best": best.best},
-                                keep=config.keep_checkpoints)
-            if improved:
+                ranks = distributed.gather_json(_rank_dice(rng)) if distributed.world().size > 1 else None
+                if main:
+                    save_checkpoint(out, model, optimizers, step + 1, policy.adapter_config,
+                                    {"rng": rng.bit_generator.state, "schedule": str(schedule),
+                                     "schedule_position": schedule.position(step + 1), "best": best.best,
+                                     **({"ranks": ranks} if ranks else {})},
+                                    keep=config.keep_checkpoints)
+            if improved and main:
                 best.export(policy)
             view.update(record)
+    if not main:
+        return None
     adapter_dir = policy.export(out / "adapter")
     return summarise(metrics.records(), out, adapter_dir, best)
+
+
+def _rank_dice(rng: np.random.Generator) -> dict:
+    """This rank's random state: its numpy generator and mlx's key."""
+    return {"rng": rng.bit_generator.state, "key": np.array(mx.random.state[0]).tolist()}
+
+
+def _restore_rank_dice(ranks: list[dict] | None, rng: np.random.Generator) -> None:
+    """Put back this rank's dice from a checkpoint (a single-process checkpoint has no `ranks`)."""
+    distributed.check_same_size(len(ranks) if ranks else 1)
+    if ranks:
+        mine = ranks[distributed.world().rank]
+        rng.bit_generator.state = mine["rng"]
+        mx.random.state[0][...] = mx.array(mine["key"], dtype=mx.uint32)
+
+
+# A step's figures that add up over ranks, and those that are means over each rank's answers (or positions).
+SUMMED = ("games", "wins", "answer_tokens", "groups", "positions", "targets", "rewritten_thoughts")
+AVERAGED = ("invalid_rate", "format_rate", "kept_fraction", "expert_fraction")
+
+
+def whole_step(figures: dict, weight: int) -> dict:
+    """A step's figures over every rank under mlx.launch: counts summed, means weighted by each
+    rank's `weight` (groups or positions: the answers behind its means), reward std pooled,
+    secrets and group rewards joined. The rest (the update's loss, norms, tokens, timings) is
+    rank 0's: the update already reduced it, or it is rank 0's own."""
+    if distributed.world().size == 1:
+        return figures
+    ranks = distributed.gather_json({"figures": figures, "weight": weight})
+    weights = np.array([r["weight"] for r in ranks], dtype=np.float64)
+    merged = dict(figures)
+
+    def mean(key: str) -> float:
+        return float(np.dot(weights, [r["figures"][key] for r in ranks]) / weights.sum())
+
+    for key in figures:
+        if key in SUMMED:
+            merged[key] = sum(r["figures"][key] for r in ranks)
+        elif key in AVERAGED or (key.startswith("reward_") and key != "reward_std"):
+            merged[key] = mean(key)
+    if "reward_std" in figures:
+        spread = float(np.dot(weights, [r["figures"]["reward_std"] ** 2 + r["figures"]["reward_mean"] ** 2
+                                        for r in ranks]) / weights.sum())
+        merged["reward_std"] = float(np.sqrt(max(spread - merged["reward_mean"] ** 2, 0.0)))
+    if "win_rate" in figures:
+        merged["win_rate"] = merged["wins"] / merged["games"] if merged["games"] else None
+    merged["secrets"] = sorted({s for r in ranks for s in r["figures"]["secrets"]})
+    if "group_rewards" in figures:
+        merged["group_rewards"] = [g for r in ranks for g in r["figures"]["group_rewards"]]
+    return merged
 
 
 def _start_run_folder(out: Path, request: RunRequest, config: RLConfig) -> None:

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from eval.report import FIGURES
+from llm import distributed
 from llm.generation import SamplingSettings
 from solver.errors import UserError
 from solver.fileio import atomic_write_json
@@ -101,6 +102,8 @@ def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = Tr
     from solver.policy import SolverSettings
 
     settings.check()
+    if distributed.world().size > 1:
+        raise UserError("pipeline runs in one process; under mlx.launch run its stages `sft` and `rl` instead")
     out.mkdir(parents=True, exist_ok=True)
     stages = Stages(out, settings)
     console = Console()

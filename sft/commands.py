@@ -48,6 +48,8 @@ def sft(model, data, out, adapter, iters, rank, learning_rate, warmup, batch_siz
                        warmup=warmup, eval_every=eval_every, eval_games=eval_games, save_every=save_every,
                        seed=seed)
     summary = run_sft(config, resume=resume, fuse=fuse, show_progress=not quiet)
+    if summary is None:  # a process other than rank 0 under mlx.launch: rank 0 reports
+        return
     if json_path:
         atomic_write_json(json_path, summary)
     Console().print(*summary_tables(summary))

@@ -9,6 +9,10 @@ RUN/adapter (an mlx-lm adapter folder) and, with `fuse`, RUN/fused, checked agai
 the adapter. `resume` picks up at the last checkpoint with the same batches and
 learning rate the interrupted run would have used; the settings that shape the
 trajectory must match the ones the run started with.
+
+Under `mlx.launch -n N` (llm/distributed.py) every process trains on its share of each
+batch of `batch_size`; rank 0 alone writes the run folder and shows progress, and
+plays the held-out games while the others wait. A run resumes with the N it began with.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
+from llm import distributed
 from sft.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from sft.data import SFTData, check_lengths, load_data_dir, prompt_of
 from sft.lora import AdapterSettings, attach_adapter, continue_adapter, save_adapter
@@ -105,13 +110,16 @@ class MetricsLog:
         atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
-def run_sft(config: SFTConfig, resume: bool = False, fuse: bool = False, show_progress: bool = True) -> dict:
+def run_sft(config: SFTConfig, resume: bool = False, fuse: bool = False, show_progress: bool = True) -> dict | None:
+    """The run's summary; None on the processes other than rank 0 under mlx.launch."""
     from eval.validation import HeldOutEval
     from llm.loading import load_model
     from solver.setup import load_setup
 
     started = time.perf_counter()
     config.check()
+    main = distributed.world().is_main
+    distributed.portion(config.batch_size, "--batch-size")  # a batch must have a share for every process
     data = load_data_dir(config.data)
     out = Path(config.out)
     _check_run_folder(out, resume)
@@ -134,25 +142,35 @@ def run_sft(config: SFTConfig, resume: bool = False, fuse: bool = False, show_pr
     if resume:
         checkpoint = load_checkpoint(out, model, trainer.optimizer)
         _check_same_trajectory(checkpoint.extra.get("config", {}), trajectory)
+        distributed.check_same_size(checkpoint.extra.get("processes", 1))
         start = checkpoint.step
-        metrics.keep_until(start)
-    else:
-        out.mkdir(parents=True, exist_ok=True)
-        metrics.path.unlink(missing_ok=True)
-    atomic_write_json(out / "run.json", {**asdict(config), "trajectory": trajectory})
+    distributed.barrier()  # every process has read the folder before rank 0 changes it
+    if main:
+        if resume:
+            metrics.keep_until(start)
+        else:
+            out.mkdir(parents=True, exist_ok=True)
+            metrics.path.unlink(missing_ok=True)
+        atomic_write_json(out / "run.json", {**asdict(config), "trajectory": trajectory,
+                                             "processes": distributed.world().size})
     games = HeldOutEval(load_setup("answers"), config.eval_games, config.seed) if config.eval_games else None
 
     def measure(record: dict) -> dict:
         if valid:
             record["val_loss"] = round(trainer.loss(valid, config.batch_size), 5)
-        if games is not None:
+        if games is not None and main:
             record |= {f"eval_{k}": v for k, v in games(model, tokenizer).items()}
         return record
 
     mx.reset_peak_memory()
     if start == 0:
-        metrics.append(measure({"step": 0}))
-    _train(trainer, train, order, config, start, metrics, measure, out, adapter_config, trajectory, show_progress)
+        record = measure({"step": 0})
+        if main:
+            metrics.append(record)
+    _train(trainer, train, order, config, start, metrics, measure, out, adapter_config, trajectory,
+           show_progress and main)
+    if not main:
+        return None
 
     adapter_dir = save_adapter(out / "adapter", model, adapter_config)
     fused = None
@@ -169,11 +187,12 @@ def _train(trainer: SFTTrainer, train, order: BatchOrder, config: SFTConfig, sta
            measure, out: Path, adapter_config: dict, trajectory: dict, show_progress: bool) -> None:
     from solver.progress import progress_bar
 
+    main = distributed.world().is_main
     progress = progress_bar("steps", disable=not show_progress)
     with progress:
         task = progress.add_task("sft", total=config.iters, completed=start)
         for step in range(start, config.iters):
-            stats = trainer.train_step(collate([train[i] for i in order.indices(step)]))
+            stats = trainer.train_step(collate([train[i] for i in distributed.mine(order.indices(step))]))
             record = {"step": stats.step, "loss": round(stats.loss, 5), "lr": stats.learning_rate,
                       "grad_norm": round(stats.grad_norm, 4), "tokens": stats.tokens,
                       "seconds": round(stats.seconds, 4), "tokens_per_s": round(stats.tokens_per_second, 1),
@@ -181,10 +200,11 @@ def _train(trainer: SFTTrainer, train, order: BatchOrder, config: SFTConfig, sta
             if stats.step % config.eval_every == 0 or stats.step == config.iters:
                 progress.update(task, description="sft (validating)")
                 measure(record)
-            metrics.append(record)
-            if stats.step % config.save_every == 0 or stats.step == config.iters:
+            if main:
+                metrics.append(record)
+            if main and (stats.step % config.save_every == 0 or stats.step == config.iters):
                 save_checkpoint(out, trainer.model, trainer.optimizer, stats.step, adapter_config,
-                                {"config": trajectory})
+                                {"config": trajectory, "processes": distributed.world().size})
             progress.update(task, advance=1,
                             description=f"sft loss {stats.loss:.3f} {stats.tokens_per_second:,.0f} tok/s")
 

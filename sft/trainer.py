@@ -26,6 +26,11 @@ mlx-lm's `iterate_batches` does, so padding stays small), the batch order shuffl
 epoch from (seed, epoch). Unlike mlx-lm's generator, which draws from numpy's global
 RNG as it goes, batch k can be looked up directly, so a resumed run sees exactly the
 data the interrupted one would have.
+
+Under `mlx.launch` (llm/distributed.py) each process trains on its share of a batch:
+its step weights its gradient by its share of the batch's answer tokens and sums the
+ranks' (mlx's `average_gradients`), so the step is the one a single process would take
+on the whole batch; the loss and token counts it reports are the whole batch's.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx_lm.tuner.utils import build_schedule
 
+from llm import distributed
 from sft.data import Conversation, Tokenized, tokenize
 
 PAD_MULTIPLE = 32  # as mlx-lm: few distinct shapes, so few recompilations
@@ -61,6 +67,7 @@ class Batch:
     answer_at: mx.array  # flat positions in inputs[:, 1:] of the answer tokens, padded to a multiple of 32
     weights: mx.array  # 1.0 for an answer token, 0.0 for padding positions
     tokens: int  # real (unpadded) tokens in the batch
+    answer_tokens: int  # tokens that carry loss
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,7 @@ class StepStats:
     loss: float
     learning_rate: float  # the rate this step used
     grad_norm: float  # before clipping
-    tokens: int
+    tokens: int  # of the whole batch (every rank's share)
     seconds: float
 
     @property
@@ -105,7 +112,7 @@ def collate(examples: list[Tokenized]) -> Batch:
     answer_at.extend([0] * (_padded(count) - count))
     weights = np.zeros(len(answer_at), np.float32)
     weights[:count] = 1.0
-    return Batch(mx.array(inputs), mx.array(answer_at, mx.int32), mx.array(weights), sum(lengths))
+    return Batch(mx.array(inputs), mx.array(answer_at, mx.int32), mx.array(weights), sum(lengths), count)
 
 
 def output_split(model: nn.Module) -> tuple[Callable, Callable] | None:
@@ -191,10 +198,14 @@ class SFTTrainer:
         model, optimizer, clip = self.model, self.optimizer, self.settings.grad_clip
         loss_and_grad = nn.value_and_grad(model, self.answer_loss)
         state = [model.state, optimizer.state, mx.random.state]
+        data_parallel = distributed.world().size > 1
 
         @partial(mx.compile, inputs=state, outputs=state)
-        def step(inputs: mx.array, answer_at: mx.array, weights: mx.array):
+        def step(inputs: mx.array, answer_at: mx.array, weights: mx.array, share: mx.array):
             (loss, _), grads = loss_and_grad(model, inputs, answer_at, weights)
+            if data_parallel:  # `share`: this rank's answer tokens over the whole batch's
+                grads = distributed.combine_gradients(grads, share)
+                loss = distributed.all_sum(loss * share)
             grads, norm = optim.clip_grad_norm(grads, clip)
             optimizer.update(model, grads)
             return loss, norm
@@ -202,25 +213,34 @@ class SFTTrainer:
         return step
 
     def train_step(self, batch: Batch) -> StepStats:
-        """One optimizer update on `batch`; blocks until it is computed."""
+        """One optimizer update on `batch` (this rank's share of it); blocks until it is computed."""
         self.model.train()
         start = time.perf_counter()
-        loss, norm = self._step(batch.inputs, batch.answer_at, batch.weights)
+        answer_tokens, tokens = distributed.total([batch.answer_tokens, batch.tokens])
+        share = mx.array(batch.answer_tokens / max(answer_tokens, 1))
+        loss, norm = self._step(batch.inputs, batch.answer_at, batch.weights, share)
         mx.eval(loss, norm, self.model.state, self.optimizer.state)
         seconds = time.perf_counter() - start
         return StepStats(self.steps_done, loss.item(), self.optimizer.learning_rate.item(), norm.item(),
-                         batch.tokens, seconds)
+                         int(tokens), seconds)
 
     def train_on_messages(self, conversations: list[Conversation], steps: int, batch_size: int,
                           seed: int = 0) -> list[StepStats]:
-        """`steps` updates on batches of `conversations` (cycled, reshuffled each pass by `seed`)."""
+        """`steps` updates on batches of `conversations` (cycled, reshuffled each pass by `seed`).
+
+        Under mlx.launch the conversations are this rank's own and `batch_size` the
+        whole batch: each rank's batches hold its share of it.
+        """
         examples = self.tokenize(conversations)
-        order = BatchOrder([len(t) for t, _ in examples], min(batch_size, len(examples)), seed)
+        mine = distributed.portion(batch_size, "the batch size")
+        order = BatchOrder([len(t) for t, _ in examples], min(mine, len(examples)), seed)
         return [self.train_step(collate([examples[i] for i in order.indices(k)])) for k in range(steps)]
 
     def loss(self, examples: list[Tokenized], batch_size: int) -> float:
-        """Mean per-answer-token loss over `examples` (all of them, in order), without training."""
+        """Mean per-answer-token loss over `examples` (all of them; under mlx.launch each rank
+        takes its share), without training."""
         self.model.eval()
+        examples = distributed.mine(examples)
         total, count = mx.array(0.0), mx.array(0.0)
         for start in range(0, len(examples), batch_size):
             batch = collate(examples[start:start + batch_size])
@@ -228,4 +248,4 @@ class SFTTrainer:
             total, count = total + loss * tokens, count + tokens
             mx.eval(total, count)
         self.model.train()
-        return (total / count).item()
+        return (distributed.all_sum(total) / distributed.all_sum(count)).item()
