@@ -30,7 +30,8 @@ from llm.generation import SamplingSettings
 from rl.config import RLConfig, build_config, load_config_file
 from rl.expert_iteration import ExpertIteration
 from rl.grpo import GrpoLearner, collect_groups
-from rl.heldout import BestSoFar, figures_of, heldout_record, heldout_summary, is_training_step
+from rl.heldout import (BEST_DIR, BEST_FILE, BestSoFar, figures_of, heldout_record, heldout_summary,
+                        is_training_step)
 from rl.policy import load_policy
 from rl.reward import RewardScorer
 from rl.rollout import play
@@ -72,16 +73,23 @@ class PhaseOptimizers:
 
 
 def resume_request(out: Path, steps: int | None, show_progress: bool = True) -> RunRequest:
-    """The run in `out` as it started (only `steps` may change, to run longer)."""
-    if latest_checkpoint(out) is None:
-        raise UserError(f"--resume: {out} has no checkpoint to resume from")
-    if not (out / CONFIG_FILE).is_file() or not (out / RUN_FILE).is_file():
+    """The run in `out` as it started (only `steps` may change, to run longer).
+
+    A run killed before its first checkpoint has its settings saved but nothing to
+    resume: the request then starts it again from step 0 (`resume` False).
+    """
+    saved = (out / CONFIG_FILE).is_file() and (out / RUN_FILE).is_file()  # config.json is written last
+    if latest_checkpoint(out) is None and not saved:
+        raise UserError(f"--resume: {out} has no checkpoint to resume from and no saved settings; "
+                        "run the same command again without --resume")
+    if not saved:
         raise UserError(f"--resume: {out} has no {CONFIG_FILE} or {RUN_FILE}; is it an RL run folder?")
     config = build_config(load_config_file(out / CONFIG_FILE), {"steps": steps} if steps is not None else None,
                           str(out / CONFIG_FILE))
     run = json.loads((out / RUN_FILE).read_text())
     adapter = str(out / START_ADAPTER) if run.get("start_adapter") else None
-    return RunRequest(run["model"], adapter, out, config, resume=True, show_progress=show_progress)
+    return RunRequest(run["model"], adapter, out, config, resume=latest_checkpoint(out) is not None,
+                      show_progress=show_progress)
 
 
 def run_rl(request: RunRequest) -> dict:
@@ -189,9 +197,14 @@ def run_rl(request: RunRequest) -> dict:
 
 
 def _start_run_folder(out: Path, request: RunRequest, config: RLConfig) -> None:
-    """The files a resume needs: the config, the model, and a copy of the start adapter."""
+    """The files a resume needs: the config, the model, and a copy of the start adapter.
+
+    What a run killed before its first checkpoint left (its step-0 eval, RUN/best) goes first.
+    """
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.jsonl").unlink(missing_ok=True)
+    (out / BEST_FILE).unlink(missing_ok=True)
+    shutil.rmtree(out / BEST_DIR, ignore_errors=True)
     if request.adapter is not None:
         def copy(tmp: Path) -> None:
             for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
@@ -203,11 +216,13 @@ def _start_run_folder(out: Path, request: RunRequest, config: RLConfig) -> None:
 
 
 def _check_run_folder(out: Path, resume: bool) -> None:
+    """A fresh run may take a folder whose run never reached a checkpoint: nothing there is worth keeping."""
     existing = latest_checkpoint(out)
     if resume and existing is None:
         raise UserError(f"--resume: {out} has no checkpoint to resume from")
-    if not resume and (existing is not None or (out / CONFIG_FILE).exists()):
-        raise UserError(f"{out} already holds an RL run; add --resume to continue it or choose another --out")
+    if not resume and existing is not None:
+        raise UserError(f"{out} already holds an RL run ({existing.name}); add --resume to continue it "
+                        "or choose another --out")
 
 
 def summarise(records: list[dict], out: Path, adapter_dir: Path, best: BestSoFar) -> dict:

@@ -200,7 +200,8 @@ def _tokenized(trainer: SFTTrainer, data: SFTData, config: SFTConfig):
 def _check_run_folder(out: Path, resume: bool) -> None:
     existing = latest_checkpoint(out)
     if resume and existing is None:
-        raise UserError(f"--resume: {out} has no checkpoint to resume from")
+        raise UserError(f"--resume: {out} has no checkpoint to resume from; run the same command without "
+                        "--resume to start it from step 0")
     if not resume and existing is not None:
         raise UserError(f"{out} already holds a run ({existing.name}); add --resume to continue it "
                         "or choose another --out")

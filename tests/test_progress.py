@@ -53,7 +53,8 @@ def test_fast_stages_show_a_rate_per_second_and_a_terminal_gets_the_bar_only():
     task = progress.add_task("solver", total=2315)
     clock.now += 4.0
     progress.advance(task, 1000)
-    assert plain_line(progress.tasks[0], "games") == "solver: 1000/2315 games, 250.0 games/s, elapsed 0:00:04, ETA 0:00:05"
+    assert plain_line(progress.tasks[0], "games") == ("solver: 1000/2315 games, 250.0 games/s, elapsed 0:00:04, "
+                                                      "ETA 0:00:05")
     terminal = Console(file=io.StringIO(), force_terminal=True)
     assert progress_bar("games", console=terminal).heartbeat is None
     assert progress_bar("games", console=redirected()[0], disable=True).heartbeat is None  # --quiet

@@ -494,6 +494,27 @@ def test_kill_during_save_keeps_the_last_checkpoint_and_resume_is_exact(tmp_path
     assert all(np.array_equal(np.array(resumed[k]), np.array(expected[k])) for k in expected)
 
 
+def test_run_killed_before_its_first_checkpoint_starts_again_on_resume(tmp_path, reference_run, start_adapter,
+                                                                       tiny_model_dir, monkeypatch):  # noqa: F811
+    reference, _ = reference_run
+    out = tmp_path / "run"
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # the moment the first checkpoint would be written
+
+    monkeypatch.setattr("rl.loop.save_checkpoint", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_rl(RunRequest(str(tiny_model_dir), str(start_adapter), out, build_config(TINY_RUN), show_progress=False))
+    monkeypatch.undo()
+    assert latest_checkpoint(out) is None and [r["step"] for r in read_metrics(out)] == [0, 1]
+    assert (out / "best.json").is_file()  # the step-0 eval's
+
+    result = run_cli("rl", "--out", out, "--resume", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "no checkpoint yet; its run starts again from step 0" in result.output
+    assert deterministic(read_metrics(out)) == deterministic(read_metrics(reference))
+
+
 def test_report_draws_the_curves(reference_run, tmp_path):
     out, _ = reference_run
     result = run_cli("report", out, "--json", tmp_path / "report.json")
