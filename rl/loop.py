@@ -93,6 +93,14 @@ def resume_request(out: Path, steps: int | None, show_progress: bool = True) -> 
 
 
 def run_rl(request: RunRequest) -> dict:
+    """Train, holding the run folder's lock (solver/run_lock.py) from the first check to the last write."""
+    from solver.run_lock import run_lock
+
+    with run_lock(request.out):
+        return _run_rl(request)
+
+
+def _run_rl(request: RunRequest) -> dict:
     from rl.report import LiveView
     from solver.setup import load_setup
 

@@ -92,6 +92,15 @@ class Stages:
 
 
 def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = True) -> dict:
+    """Every stage not done yet, holding OUT's lock (solver/run_lock.py) throughout."""
+    from solver.run_lock import run_lock
+
+    settings.check()
+    with run_lock(out):
+        return _run_pipeline(out, settings, show_progress)
+
+
+def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) -> dict:
     from eval.run import ModelSpec, run_eval
     from rl.config import build_config
     from rl.loop import RunRequest, run_rl
@@ -100,8 +109,6 @@ def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = Tr
     from sft.run import SFTConfig, run_sft
     from solver.policy import SolverSettings
 
-    settings.check()
-    out.mkdir(parents=True, exist_ok=True)
     stages = Stages(out, settings)
     console = Console()
     data, sft_dir, rl_dir = out / "data", out / "sft", out / "rl"

@@ -106,12 +106,20 @@ class MetricsLog:
 
 
 def run_sft(config: SFTConfig, resume: bool = False, fuse: bool = False, show_progress: bool = True) -> dict:
+    """Train, holding the run folder's lock (solver/run_lock.py) from the first check to the last write."""
+    from solver.run_lock import run_lock
+
+    started = time.perf_counter()
+    config.check()
+    with run_lock(config.out):
+        return _run_sft(config, resume, fuse, show_progress, started)
+
+
+def _run_sft(config: SFTConfig, resume: bool, fuse: bool, show_progress: bool, started: float) -> dict:
     from eval.validation import HeldOutEval
     from llm.loading import load_model
     from solver.setup import load_setup
 
-    started = time.perf_counter()
-    config.check()
     data = load_data_dir(config.data)
     out = Path(config.out)
     _check_run_folder(out, resume)
