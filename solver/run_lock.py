@@ -5,7 +5,9 @@ RUN, so a second run given the same `--out` stops with one error line instead of
 logging every step twice. The operating system drops a flock when its process ends,
 however it ends (kill -9 included): the lock file left behind never blocks a resume.
 A folder the run created and left holding nothing but the lock (it stopped on an
-error before writing anything) is removed again.
+error before writing anything) is removed again. Holding the lock, the run owns the
+folder: what a killed run's atomic writes left there (temp files and folders) is
+cleared as the lock is taken.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from pathlib import Path
 from typing import Iterator
 
 from solver.errors import UserError
+from solver.fileio import remove_leftovers
 
 LOCK_FILE = ".lock"
 
 
 @contextmanager
 def run_lock(folder: str | os.PathLike) -> Iterator[Path]:
-    """Hold RUN/.lock for the duration of the block (creating RUN if needed); UserError if another run holds it."""
+    """Hold RUN/.lock for the block (creating RUN if needed) and clear leftovers; UserError if another run holds it."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise UserError(f"--out {folder} is a file, not a folder")
@@ -46,6 +49,7 @@ def run_lock(folder: str | os.PathLike) -> Iterator[Path]:
         handle.write(f"{os.getpid()}\n")
         handle.flush()
         try:
+            remove_leftovers(folder)
             yield folder
         finally:
             if created and [p.name for p in folder.iterdir()] == [LOCK_FILE]:

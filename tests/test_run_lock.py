@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from cli import cli
 from solver.errors import UserError
+from solver.fileio import remove_leftovers
 from solver.run_lock import LOCK_FILE, run_lock
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,3 +65,18 @@ def test_a_run_that_stops_before_writing_leaves_no_folder(tmp_path):
     result = CliRunner().invoke(cli, ["pipeline", "--model", str(tmp_path / "missing"), "--out", str(out)])
     assert result.exit_code == 2 and result.output.splitlines()[-1].startswith("error: model folder not found")
     assert not out.exists()
+
+
+def test_leftovers_of_killed_atomic_writes_are_cleared_or_put_back(tmp_path):
+    for name in ("adapter", "best", "notes.txt"):
+        (tmp_path / name).mkdir() if "." not in name else (tmp_path / name).write_text("mine")
+    for name in (".adapter.k3j4h5g6", ".adapter.old", ".best.old", ".start_adapter.a_b1c2d3"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "adapters.safetensors").write_text("x")
+    for name in (".latest.abc12345.tmp", ".metrics.jsonl.zz11yy22.tmp", ".hidden", LOCK_FILE):
+        (tmp_path / name).write_text("x")
+    (tmp_path / "best").rmdir()  # killed between the swap's two renames: RUN/best is gone, .best.old is whole
+    assert remove_leftovers(tmp_path) == [".adapter.k3j4h5g6", ".adapter.old", ".latest.abc12345.tmp",
+                                          ".metrics.jsonl.zz11yy22.tmp", ".start_adapter.a_b1c2d3"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", LOCK_FILE, "adapter", "best", "notes.txt"]
+    assert (tmp_path / "best" / "adapters.safetensors").read_text() == "x"

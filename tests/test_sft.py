@@ -395,6 +395,17 @@ def test_corrupt_checkpoint_on_resume(tmp_path, finished_run, tiny_model_dir, da
     assert "is corrupt" in result.stderr and result.stderr.count("\n") == 1
 
 
+def test_resume_clears_what_killed_writes_left(tmp_path, finished_run, tiny_model_dir, data_dir) -> None:  # noqa: F811
+    run = tmp_path / "copy"
+    shutil.copytree(finished_run, run)
+    (run / ".latest.abc12345.tmp").write_text("step-0000006\n")
+    for name in (".adapter.k3j4h5g6", ".adapter.old"):
+        shutil.copytree(run / "adapter", run / name)
+    result = sft(*tiny_args(tiny_model_dir, data_dir, run, "--iters", "6", "--resume"))
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == [".lock"]
+
+
 def test_data_folder_loads_all_splits(data_dir: Path) -> None:
     data = load_data_dir(data_dir)
     assert len(data.valid) == 8 and len(data.train) > 16 and data.test == []
