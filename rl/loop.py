@@ -27,6 +27,7 @@ import numpy as np
 from eval.splits import trainable
 from eval.validation import HeldOutEval
 from llm.generation import SamplingSettings
+from llm.loading import portable_spec
 from rl.config import RLConfig, build_config, load_config_file
 from rl.expert_iteration import ExpertIteration
 from rl.grpo import GrpoLearner, collect_groups
@@ -35,7 +36,7 @@ from rl.heldout import (BEST_DIR, BEST_FILE, BestSoFar, figures_of, heldout_reco
 from rl.policy import load_policy
 from rl.reward import RewardScorer
 from rl.rollout import play
-from sft.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from sft.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
 from sft.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from sft.run import MetricsLog
 from sft.states import sample_start_states
@@ -86,10 +87,22 @@ def resume_request(out: Path, steps: int | None, show_progress: bool = True) -> 
         raise UserError(f"--resume: {out} has no {CONFIG_FILE} or {RUN_FILE}; is it an RL run folder?")
     config = build_config(load_config_file(out / CONFIG_FILE), {"steps": steps} if steps is not None else None,
                           str(out / CONFIG_FILE))
-    run = json.loads((out / RUN_FILE).read_text())
-    adapter = str(out / START_ADAPTER) if run.get("start_adapter") else None
+    run = _read_run_file(out / RUN_FILE)
+    adapter = str(out / START_ADAPTER) if run["start_adapter"] else None
     return RunRequest(run["model"], adapter, out, config, resume=latest_checkpoint(out) is not None,
                       show_progress=show_progress)
+
+
+def _read_run_file(path: Path) -> dict:
+    """RUN/run.json ({"model": spec, "start_adapter": path or null}), or a one-line error."""
+    try:
+        run = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise UserError(f"--resume: cannot read {path}: {' '.join(str(err).split())[:200]}") from err
+    if (not isinstance(run, dict) or not isinstance(run.get("model"), str)
+            or not isinstance(run.get("start_adapter"), (str, type(None)))):
+        raise UserError(f'--resume: {path} is corrupt: it must hold {{"model": "...", "start_adapter": "..." or null}}')
+    return run
 
 
 def run_rl(request: RunRequest) -> dict:
@@ -109,7 +122,8 @@ def _run_rl(request: RunRequest) -> dict:
     setup = load_setup(config.secrets)
     secrets = trainable(setup.lists.secrets(config.secrets))  # eval's held-out secrets never train
     mx.random.seed(config.seed)
-    policy = load_policy(request.model, request.adapter, config.lora)
+    model_spec = portable_spec(request.model)  # run.json's: a resume may start in another working directory
+    policy = load_policy(model_spec, request.adapter, config.lora)
     model, tokenizer = policy.model, policy.tokenizer
 
     solver = setup.solver()
@@ -130,12 +144,14 @@ def _run_rl(request: RunRequest) -> dict:
     if request.resume:
         checkpoint = load_checkpoint(out, model, optimizers)
         start = checkpoint.step
-        rng.bit_generator.state = checkpoint.extra["rng"]
+        if start > config.steps:
+            raise UserError(f"--resume: the run in {out} is at step {start} already, past --steps {config.steps}")
+        _restore_rng(rng, checkpoint)
         metrics.keep_until(start)
-        best = BestSoFar(out, checkpoint.extra.get("best"))
+        best = BestSoFar(out, _saved_best(checkpoint))
         best.resume(policy, start)
     else:
-        _start_run_folder(out, request, config)
+        _start_run_folder(out, model_spec, request.adapter, config)
 
     def starts(n: int, min_history: int = 0):
         return sample_start_states(setup, solver, secrets, n, rng, config.rollout.max_history,
@@ -204,7 +220,24 @@ def _run_rl(request: RunRequest) -> dict:
     return summarise(metrics.records(), out, adapter_dir, best)
 
 
-def _start_run_folder(out: Path, request: RunRequest, config: RLConfig) -> None:
+def _restore_rng(rng: np.random.Generator, checkpoint: Checkpoint) -> None:
+    """The generator that draws secrets and start states, as the checkpoint saved it."""
+    try:
+        rng.bit_generator.state = checkpoint.extra["rng"]
+    except (KeyError, TypeError, ValueError, OverflowError) as err:
+        raise UserError(f"checkpoint {checkpoint.path} is corrupt: its rng state does not load "
+                        f"({' '.join(str(err).split())[:200]})") from err
+
+
+def _saved_best(checkpoint: Checkpoint) -> dict | None:
+    """The best held-out eval the checkpoint recorded ({"step": k, **figures}), if any."""
+    best = checkpoint.extra.get("best")
+    if best is not None and not (isinstance(best, dict) and type(best.get("step")) is int):
+        raise UserError(f"checkpoint {checkpoint.path} is corrupt: its best eval has no step")
+    return best
+
+
+def _start_run_folder(out: Path, model_spec: str, adapter: str | None, config: RLConfig) -> None:
     """The files a resume needs: the config, the model, and a copy of the start adapter.
 
     What a run killed before its first checkpoint left (its step-0 eval, RUN/best) goes first.
@@ -213,13 +246,13 @@ def _start_run_folder(out: Path, request: RunRequest, config: RLConfig) -> None:
     (out / "metrics.jsonl").unlink(missing_ok=True)
     (out / BEST_FILE).unlink(missing_ok=True)
     shutil.rmtree(out / BEST_DIR, ignore_errors=True)
-    if request.adapter is not None:
+    if adapter is not None:
         def copy(tmp: Path) -> None:
             for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
-                shutil.copy2(Path(request.adapter) / name, tmp / name)
+                shutil.copy2(Path(adapter) / name, tmp / name)
 
         atomic_replace_dir(out / START_ADAPTER, copy)
-    atomic_write_json(out / RUN_FILE, {"model": request.model, "start_adapter": request.adapter})
+    atomic_write_json(out / RUN_FILE, {"model": model_spec, "start_adapter": adapter})
     atomic_write_json(out / CONFIG_FILE, config.to_json())
 
 

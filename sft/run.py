@@ -141,8 +141,13 @@ def _run_sft(config: SFTConfig, resume: bool, fuse: bool, show_progress: bool, s
     start = 0
     if resume:
         checkpoint = load_checkpoint(out, model, trainer.optimizer)
-        _check_same_trajectory(checkpoint.extra.get("config", {}), trajectory)
+        saved = checkpoint.extra.get("config")
+        if not isinstance(saved, dict):
+            raise UserError(f"checkpoint {checkpoint.path} is corrupt: its state.json does not hold the run's settings")
+        _check_same_trajectory(saved, trajectory)
         start = checkpoint.step
+        if start > config.iters:  # only a corrupt checkpoint: --iters is part of the trajectory
+            raise UserError(f"checkpoint {checkpoint.path} is at step {start}, past --iters {config.iters}")
         metrics.keep_until(start)
     else:
         out.mkdir(parents=True, exist_ok=True)

@@ -283,6 +283,16 @@ def test_corrupt_or_mismatched_checkpoints_are_one_line_errors(tmp_path: Path, t
     with pytest.raises(UserError, match="does not fit the model"):
         load_checkpoint(tmp_path, other, SFTTrainer(other, tokenizer).optimizer)
 
+    state = path / "state.json"
+    for wrong in ('{"step": "5", "extra": {}}', '{"step": 5.5, "extra": {}}', '{"step": 5, "extra": [1]}', "[5]"):
+        state.write_text(wrong)
+        with pytest.raises(UserError, match="state.json must hold a whole-number step and an extra mapping"):
+            load_checkpoint(tmp_path, model, trainer.optimizer)
+    state.write_text('{"step": 5, "extra": {}}')
+    mx.save_safetensors(str(path / "rng.safetensors"), {"key": mx.zeros((3,), dtype=mx.uint32)})
+    with pytest.raises(UserError, match=r"its random key is uint32 \(3,\), expected uint32 \(2,\)"):
+        load_checkpoint(tmp_path, model, trainer.optimizer)
+
     weights = path / "adapters.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(UserError, match="is corrupt") as error:
@@ -389,6 +399,11 @@ def test_missing_data_model_and_checkpoint(tmp_path: Path, tiny_model_dir, data_
 def test_corrupt_checkpoint_on_resume(tmp_path, finished_run, tiny_model_dir, data_dir) -> None:  # noqa: F811
     run = tmp_path / "copy"
     shutil.copytree(finished_run, run)
+    state = latest_checkpoint(run) / "state.json"
+    state.write_text(state.read_text().replace('"step": 6', '"step": 9'))  # never written by a run: --iters is 6
+    result = sft(*tiny_args(tiny_model_dir, data_dir, run, "--iters", "6", "--resume"))
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "is at step 9, past --iters 6" in result.stderr
     (latest_checkpoint(run) / "optimizer.safetensors").write_bytes(b"\x00" * 10)
     result = sft(*tiny_args(tiny_model_dir, data_dir, run, "--iters", "6", "--resume"))
     assert result.exit_code == 2
