@@ -163,8 +163,6 @@ def _run_sft(config: SFTConfig, resume: bool, fuse: bool, show_progress: bool, s
         return record
 
     mx.reset_peak_memory()
-    if start == 0:
-        metrics.append(measure({"step": 0}))
     _train(trainer, train, order, config, start, metrics, measure, out, adapter_config, trajectory, show_progress)
 
     adapter_dir = save_adapter(out / "adapter", model, adapter_config)
@@ -185,6 +183,9 @@ def _train(trainer: SFTTrainer, train, order: BatchOrder, config: SFTConfig, sta
     progress = progress_bar("steps", disable=not show_progress)
     with progress:
         task = progress.add_task("sft", total=config.iters, completed=start)
+        if start == 0:  # the start model's figures, inside the display: held-out games take minutes on a CPU
+            progress.update(task, description="sft (validating)")
+            metrics.append(measure({"step": 0}))
         for step in range(start, config.iters):
             stats = trainer.train_step(collate([train[i] for i in order.indices(step)]))
             record = {"step": stats.step, "loss": round(stats.loss, 5), "lr": stats.learning_rate,

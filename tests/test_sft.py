@@ -334,6 +334,16 @@ def test_killed_run_resumes_onto_the_same_trajectory(tmp_path: Path, tiny_model_
     assert b[-1]["val_loss"] == pytest.approx(a[-1]["val_loss"], abs=1e-4)
 
 
+def test_redirected_output_shows_progress_from_the_first_validation(tmp_path, tiny_model_dir, data_dir,
+                                                                    monkeypatch) -> None:  # noqa: F811
+    monkeypatch.setenv("WORDLE_RL_PROGRESS_EVERY", "0")
+    args = [a for a in tiny_args(tiny_model_dir, data_dir, tmp_path / "run") if a != "--quiet"]
+    result = sft(*args, "--iters", "2", "--eval-every", "2", "--eval-games", "1", "--save-every", "2")
+    assert result.exit_code == 0, result.output
+    assert "sft (validating): 0/2 steps, - steps/s" in result.output  # the start model's eval, before step 1
+    assert "2/2 steps" in result.output
+
+
 def test_resume_refuses_other_settings(finished_run: Path, tiny_model_dir, data_dir) -> None:  # noqa: F811
     result = sft(*tiny_args(tiny_model_dir, data_dir, finished_run, "--iters", "6", "--seed", "1", "--resume"))
     assert result.exit_code == 2
