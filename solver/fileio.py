@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 # What a killed `atomic_write` / `atomic_replace_dir` leaves: `.NAME.<8 random>.tmp` files,
 # `.NAME.<8 random>` folders (tempfile's names) and `.NAME.old` folders.
-LEFTOVER = re.compile(r"^\.(?P<name>.+?)\.(?:[a-z0-9_]{8}(?:\.tmp)?|old)$")
+LEFTOVER = re.compile(r"^\.(?P<name>.+?)\.(?:(?P<file>[a-z0-9_]{8}\.tmp)|[a-z0-9_]{8}|old)$")
 
 
 def cache_dir() -> Path:
@@ -102,13 +102,13 @@ def remove_leftovers(folder: str | os.PathLike) -> list[str]:
     removed = []
     for path in sorted(folder.iterdir()):
         match = LEFTOVER.match(path.name)
-        if match is None:
-            continue
+        if match is None or path.is_symlink() or path.is_dir() == bool(match["file"]):
+            continue  # only the kind of entry our writes make: a file for .tmp, a folder otherwise
         final = folder / match["name"]
         if path.name.endswith(".old") and path.is_dir() and not final.exists():
             os.replace(path, final)
             continue
-        if path.is_dir() and not path.is_symlink():
+        if path.is_dir():
             shutil.rmtree(path)
         else:
             path.unlink()

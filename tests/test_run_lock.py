@@ -73,10 +73,12 @@ def test_leftovers_of_killed_atomic_writes_are_cleared_or_put_back(tmp_path):
     for name in (".adapter.k3j4h5g6", ".adapter.old", ".best.old", ".start_adapter.a_b1c2d3"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "adapters.safetensors").write_text("x")
-    for name in (".latest.abc12345.tmp", ".metrics.jsonl.zz11yy22.tmp", ".hidden", LOCK_FILE):
+    for name in (".latest.abc12345.tmp", ".metrics.jsonl.zz11yy22.tmp", ".hidden", LOCK_FILE, ".notes.old",
+                 ".notes.abcd1234"):  # the last two are files: not what our writes leave
         (tmp_path / name).write_text("x")
     (tmp_path / "best").rmdir()  # killed between the swap's two renames: RUN/best is gone, .best.old is whole
     assert remove_leftovers(tmp_path) == [".adapter.k3j4h5g6", ".adapter.old", ".latest.abc12345.tmp",
                                           ".metrics.jsonl.zz11yy22.tmp", ".start_adapter.a_b1c2d3"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", LOCK_FILE, "adapter", "best", "notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", LOCK_FILE, ".notes.abcd1234", ".notes.old",
+                                                          "adapter", "best", "notes.txt"]
     assert (tmp_path / "best" / "adapters.safetensors").read_text() == "x"
