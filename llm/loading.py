@@ -52,6 +52,12 @@ def load_model(
     return model, tokenizer
 
 
+def portable_spec(spec: str) -> str:
+    """`spec` as any working directory loads it: a local folder by its absolute path, other specs as they are."""
+    path = Path(spec).expanduser()
+    return str(path.resolve()) if spec != "default" and path.is_dir() else spec
+
+
 def resolve_model(spec: str) -> Path:
     """The local folder for `spec`: the default model, a folder, or a Hugging Face snapshot."""
     if spec == "default":

@@ -69,6 +69,8 @@ def rl_command(model, adapter, out, config_path, resume, quiet, json_path, **fla
             raise UserError(f"--resume continues the run as it started; only --steps may change "
                             f"(got {', '.join(changed)})")
         request = resume_request(out, overrides.get("steps"), not quiet)
+        if not request.resume:
+            click.echo(f"note: {out} has no checkpoint yet; its run starts again from step 0", err=True)
     else:
         data = load_config_file(config_path) if config_path else {}
         request = RunRequest(model or "default", adapter, out, build_config(data, overrides, config_path or "options"),

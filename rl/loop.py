@@ -34,14 +34,16 @@ from eval.splits import trainable
 from eval.validation import HeldOutEval
 from llm import distributed
 from llm.generation import SamplingSettings
+from llm.loading import portable_spec
 from rl.config import RLConfig, build_config, load_config_file
 from rl.expert_iteration import ExpertIteration, expert_policy
 from rl.grpo import GrpoLearner, collect_groups
-from rl.heldout import BestSoFar, figures_of, heldout_record, heldout_summary, is_training_step
+from rl.heldout import (BEST_DIR, BEST_FILE, BestSoFar, figures_of, heldout_record, heldout_summary,
+                        is_training_step)
 from rl.policy import load_policy
 from rl.reward import RewardScorer
 from rl.rollout import play
-from sft.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from sft.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
 from sft.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from sft.run import MetricsLog
 from sft.states import sample_start_states
@@ -79,20 +81,49 @@ class PhaseOptimizers:
 
 
 def resume_request(out: Path, steps: int | None, show_progress: bool = True) -> RunRequest:
-    """The run in `out` as it started (only `steps` may change, to run longer)."""
-    if latest_checkpoint(out) is None:
-        raise UserError(f"--resume: {out} has no checkpoint to resume from")
-    if not (out / CONFIG_FILE).is_file() or not (out / RUN_FILE).is_file():
+    """The run in `out` as it started (only `steps` may change, to run longer).
+
+    A run killed before its first checkpoint has its settings saved but nothing to
+    resume: the request then starts it again from step 0 (`resume` False).
+    """
+    saved = (out / CONFIG_FILE).is_file() and (out / RUN_FILE).is_file()  # config.json is written last
+    if latest_checkpoint(out) is None and not saved:
+        raise UserError(f"--resume: {out} has no checkpoint to resume from and no saved settings; "
+                        "run the same command again without --resume")
+    if not saved:
         raise UserError(f"--resume: {out} has no {CONFIG_FILE} or {RUN_FILE}; is it an RL run folder?")
     config = build_config(load_config_file(out / CONFIG_FILE), {"steps": steps} if steps is not None else None,
                           str(out / CONFIG_FILE))
-    run = json.loads((out / RUN_FILE).read_text())
-    adapter = str(out / START_ADAPTER) if run.get("start_adapter") else None
-    return RunRequest(run["model"], adapter, out, config, resume=True, show_progress=show_progress)
+    run = _read_run_file(out / RUN_FILE)
+    adapter = str(out / START_ADAPTER) if run["start_adapter"] else None
+    return RunRequest(run["model"], adapter, out, config, resume=latest_checkpoint(out) is not None,
+                      show_progress=show_progress)
+
+
+def _read_run_file(path: Path) -> dict:
+    """RUN/run.json ({"model": spec, "start_adapter": path or null}), or a one-line error."""
+    try:
+        run = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise UserError(f"--resume: cannot read {path}: {' '.join(str(err).split())[:200]}") from err
+    if (not isinstance(run, dict) or not isinstance(run.get("model"), str)
+            or not isinstance(run.get("start_adapter"), (str, type(None)))):
+        raise UserError(f'--resume: {path} is corrupt: it must hold {{"model": "...", "start_adapter": "..." or null}}')
+    return run
 
 
 def run_rl(request: RunRequest) -> dict | None:
-    """The run's summary; None on the processes other than rank 0 under mlx.launch."""
+    """The run's summary; None on the processes other than rank 0 under mlx.launch. Rank 0
+    holds the run folder's lock (solver/run_lock.py) from the first check to the last write."""
+    from solver.run_lock import run_lock
+
+    if not distributed.world().is_main:
+        return _run_rl(request)
+    with run_lock(request.out):
+        return _run_rl(request)
+
+
+def _run_rl(request: RunRequest) -> dict | None:
     from rl.report import LiveView
     from solver.setup import load_setup
 
@@ -108,7 +139,8 @@ def run_rl(request: RunRequest) -> dict | None:
     setup = load_setup(config.secrets)
     secrets = trainable(setup.lists.secrets(config.secrets))  # eval's held-out secrets never train
     mx.random.seed(config.seed)
-    policy = load_policy(request.model, request.adapter, config.lora)
+    model_spec = portable_spec(request.model)  # run.json's: a resume may start in another working directory
+    policy = load_policy(model_spec, request.adapter, config.lora)
     model, tokenizer = policy.model, policy.tokenizer
     if not main:  # the same adapter initialisation everywhere, then each rank's own dice
         mx.random.seed(distributed.rank_seed(config.seed))
@@ -131,16 +163,18 @@ def run_rl(request: RunRequest) -> dict | None:
     if request.resume:
         checkpoint = load_checkpoint(out, model, optimizers)
         start = checkpoint.step
-        rng.bit_generator.state = checkpoint.extra["rng"]
+        if start > config.steps:
+            raise UserError(f"--resume: the run in {out} is at step {start} already, past --steps {config.steps}")
+        _restore_rng(rng, checkpoint)
         _restore_rank_dice(checkpoint.extra.get("ranks"), rng)
-        best = BestSoFar(out, checkpoint.extra.get("best"))
+        best = BestSoFar(out, _saved_best(checkpoint))
     distributed.barrier()  # every process has read the folder before rank 0 changes it
     if main:
         if request.resume:
             metrics.keep_until(start)
             best.resume(policy, start)
         else:
-            _start_run_folder(out, request, config)
+            _start_run_folder(out, model_spec, request.adapter, config)
 
     def starts(n: int, min_history: int = 0):
         return sample_start_states(setup, solver, secrets, n, rng, config.rollout.max_history,
@@ -267,26 +301,50 @@ def whole_step(figures: dict, weight: int) -> dict:
     return merged
 
 
-def _start_run_folder(out: Path, request: RunRequest, config: RLConfig) -> None:
-    """The files a resume needs: the config, the model, and a copy of the start adapter."""
+def _restore_rng(rng: np.random.Generator, checkpoint: Checkpoint) -> None:
+    """The generator that draws secrets and start states, as the checkpoint saved it."""
+    try:
+        rng.bit_generator.state = checkpoint.extra["rng"]
+    except (KeyError, TypeError, ValueError, OverflowError) as err:
+        raise UserError(f"checkpoint {checkpoint.path} is corrupt: its rng state does not load "
+                        f"({' '.join(str(err).split())[:200]})") from err
+
+
+def _saved_best(checkpoint: Checkpoint) -> dict | None:
+    """The best held-out eval the checkpoint recorded ({"step": k, **figures}), if any."""
+    best = checkpoint.extra.get("best")
+    if best is not None and not (isinstance(best, dict) and type(best.get("step")) is int):
+        raise UserError(f"checkpoint {checkpoint.path} is corrupt: its best eval has no step")
+    return best
+
+
+def _start_run_folder(out: Path, model_spec: str, adapter: str | None, config: RLConfig) -> None:
+    """The files a resume needs: the config, the model, and a copy of the start adapter.
+
+    What a run killed before its first checkpoint left (its step-0 eval, RUN/best) goes first.
+    """
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.jsonl").unlink(missing_ok=True)
-    if request.adapter is not None:
+    (out / BEST_FILE).unlink(missing_ok=True)
+    shutil.rmtree(out / BEST_DIR, ignore_errors=True)
+    if adapter is not None:
         def copy(tmp: Path) -> None:
             for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
-                shutil.copy2(Path(request.adapter) / name, tmp / name)
+                shutil.copy2(Path(adapter) / name, tmp / name)
 
         atomic_replace_dir(out / START_ADAPTER, copy)
-    atomic_write_json(out / RUN_FILE, {"model": request.model, "start_adapter": request.adapter})
+    atomic_write_json(out / RUN_FILE, {"model": model_spec, "start_adapter": adapter})
     atomic_write_json(out / CONFIG_FILE, config.to_json())
 
 
 def _check_run_folder(out: Path, resume: bool) -> None:
+    """A fresh run may take a folder whose run never reached a checkpoint: nothing there is worth keeping."""
     existing = latest_checkpoint(out)
     if resume and existing is None:
         raise UserError(f"--resume: {out} has no checkpoint to resume from")
-    if not resume and (existing is not None or (out / CONFIG_FILE).exists()):
-        raise UserError(f"{out} already holds an RL run; add --resume to continue it or choose another --out")
+    if not resume and existing is not None:
+        raise UserError(f"{out} already holds an RL run ({existing.name}); add --resume to continue it "
+                        "or choose another --out")
 
 
 def summarise(records: list[dict], out: Path, adapter_dir: Path, best: BestSoFar) -> dict:

@@ -93,6 +93,17 @@ class Stages:
 
 
 def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = True) -> dict:
+    """Every stage not done yet, holding OUT's lock (solver/run_lock.py) throughout."""
+    from solver.run_lock import run_lock
+
+    settings.check()
+    if distributed.world().size > 1:
+        raise UserError("pipeline runs in one process; under mlx.launch run its stages `sft` and `rl` instead")
+    with run_lock(out):
+        return _run_pipeline(out, settings, show_progress)
+
+
+def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) -> dict:
     from eval.run import ModelSpec, run_eval
     from rl.config import build_config
     from rl.loop import RunRequest, run_rl
@@ -101,10 +112,6 @@ def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = Tr
     from sft.run import SFTConfig, run_sft
     from solver.policy import SolverSettings
 
-    settings.check()
-    if distributed.world().size > 1:
-        raise UserError("pipeline runs in one process; under mlx.launch run its stages `sft` and `rl` instead")
-    out.mkdir(parents=True, exist_ok=True)
     stages = Stages(out, settings)
     console = Console()
     data, sft_dir, rl_dir = out / "data", out / "sft", out / "rl"

@@ -10,6 +10,7 @@ too: its loss, validation loss and held-out evals.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -39,18 +40,24 @@ LIVE_FIGURES = (
 class LiveView:
     """A progress bar over steps with the latest step's figures under it."""
 
-    def __init__(self, total: int, done: int, show: bool) -> None:
-        self.progress = progress_bar("steps", disable=not show, transient=False)
+    def __init__(self, total: int, done: int, show: bool, console: Console | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
+        self.progress = progress_bar("steps", disable=not show, transient=False, console=console, clock=clock)
         self.task = self.progress.add_task("rl", total=total, completed=done)
         self.step_label = "rl"
-        self.live = Live(self.progress, refresh_per_second=4, transient=False) if show else None
+        self.live = (Live(self.progress, console=self.progress.console, refresh_per_second=4, transient=False)
+                     if show else None)
 
     def __enter__(self) -> "LiveView":
         if self.live is not None:
             self.live.__enter__()
+        if self.progress.heartbeat is not None:  # not a terminal: plain lines instead of the silent live view
+            self.progress.heartbeat.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.progress.heartbeat is not None:
+            self.progress.heartbeat.stop()
         if self.live is not None:
             self.live.__exit__(*exc)
             if not self.live.console.is_terminal:

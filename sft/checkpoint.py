@@ -101,10 +101,14 @@ def load_checkpoint(run_dir: str | Path, model: nn.Module, optimizer: optim.Opti
         weights = mx.load(str(path / ADAPTER_WEIGHTS))
         optimizer_state = mx.load(str(path / OPTIMIZER_FILE))
         key = mx.load(str(path / RNG_FILE))["key"]
-        step = int(state["step"])
-        extra = state["extra"]
     except (OSError, ValueError, RuntimeError, KeyError, TypeError) as err:
         raise UserError(f"checkpoint {path} is corrupt: {' '.join(str(err).split())[:200]}") from err
+    step, extra = _step_and_extra(state, path)
+    expected_key = mx.random.state[0]
+    if key.shape != expected_key.shape or key.dtype != expected_key.dtype:
+        raise UserError(f"checkpoint {path} is corrupt: its random key is {str(key.dtype).split('.')[-1]} "
+                        f"{tuple(key.shape)}, expected {str(expected_key.dtype).split('.')[-1]} "
+                        f"{tuple(expected_key.shape)}")
 
     _check_same_shapes(weights, trainable_weights(model), f"checkpoint {path} does not fit the model")
     model.load_weights(list(weights.items()), strict=False)
@@ -112,6 +116,16 @@ def load_checkpoint(run_dir: str | Path, model: nn.Module, optimizer: optim.Opti
     mx.random.state[0][...] = key  # mlx has no setter for its global key; assign into it
     mx.eval(model.parameters(), optimizer.state, mx.random.state)
     return Checkpoint(path, step, extra)
+
+
+def _step_and_extra(state, path: Path) -> tuple[int, dict]:
+    """state.json's step (a whole number, not negative) and extra (a mapping), or a one-line error."""
+    step = state.get("step") if isinstance(state, dict) else None
+    extra = state.get("extra") if isinstance(state, dict) else None
+    if type(step) is not int or step < 0 or not isinstance(extra, dict):
+        raise UserError(f"checkpoint {path} is corrupt: its {STATE_FILE} must hold a whole-number step and an "
+                        "extra mapping")
+    return step, extra
 
 
 def _restore_optimizer(optimizer: optim.Optimizer, model: nn.Module, saved: dict[str, mx.array], path: Path) -> None:

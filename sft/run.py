@@ -111,13 +111,23 @@ class MetricsLog:
 
 
 def run_sft(config: SFTConfig, resume: bool = False, fuse: bool = False, show_progress: bool = True) -> dict | None:
-    """The run's summary; None on the processes other than rank 0 under mlx.launch."""
+    """The run's summary; None on the processes other than rank 0 under mlx.launch. Rank 0
+    holds the run folder's lock (solver/run_lock.py) from the first check to the last write."""
+    from solver.run_lock import run_lock
+
+    started = time.perf_counter()
+    config.check()
+    if not distributed.world().is_main:
+        return _run_sft(config, resume, fuse, show_progress, started)
+    with run_lock(config.out):
+        return _run_sft(config, resume, fuse, show_progress, started)
+
+
+def _run_sft(config: SFTConfig, resume: bool, fuse: bool, show_progress: bool, started: float) -> dict | None:
     from eval.validation import HeldOutEval
     from llm.loading import load_model
     from solver.setup import load_setup
 
-    started = time.perf_counter()
-    config.check()
     main = distributed.world().is_main
     distributed.portion(config.batch_size, "--batch-size")  # a batch must have a share for every process
     data = load_data_dir(config.data)
@@ -141,9 +151,14 @@ def run_sft(config: SFTConfig, resume: bool = False, fuse: bool = False, show_pr
     start = 0
     if resume:
         checkpoint = load_checkpoint(out, model, trainer.optimizer)
-        _check_same_trajectory(checkpoint.extra.get("config", {}), trajectory)
+        saved = checkpoint.extra.get("config")
+        if not isinstance(saved, dict):
+            raise UserError(f"checkpoint {checkpoint.path} is corrupt: its state.json does not hold the run's settings")
+        _check_same_trajectory(saved, trajectory)
         distributed.check_same_size(checkpoint.extra.get("processes", 1))
         start = checkpoint.step
+        if start > config.iters:  # only a corrupt checkpoint: --iters is part of the trajectory
+            raise UserError(f"checkpoint {checkpoint.path} is at step {start}, past --iters {config.iters}")
     distributed.barrier()  # every process has read the folder before rank 0 changes it
     if main:
         if resume:
@@ -163,10 +178,6 @@ def run_sft(config: SFTConfig, resume: bool = False, fuse: bool = False, show_pr
         return record
 
     mx.reset_peak_memory()
-    if start == 0:
-        record = measure({"step": 0})
-        if main:
-            metrics.append(record)
     _train(trainer, train, order, config, start, metrics, measure, out, adapter_config, trajectory,
            show_progress and main)
     if not main:
@@ -191,6 +202,11 @@ def _train(trainer: SFTTrainer, train, order: BatchOrder, config: SFTConfig, sta
     progress = progress_bar("steps", disable=not show_progress)
     with progress:
         task = progress.add_task("sft", total=config.iters, completed=start)
+        if start == 0:  # the start model's figures, inside the display: held-out games take minutes on a CPU
+            progress.update(task, description="sft (validating)")
+            record = measure({"step": 0})
+            if main:
+                metrics.append(record)
         for step in range(start, config.iters):
             stats = trainer.train_step(collate([train[i] for i in distributed.mine(order.indices(step))]))
             record = {"step": stats.step, "loss": round(stats.loss, 5), "lr": stats.learning_rate,
@@ -220,7 +236,8 @@ def _tokenized(trainer: SFTTrainer, data: SFTData, config: SFTConfig):
 def _check_run_folder(out: Path, resume: bool) -> None:
     existing = latest_checkpoint(out)
     if resume and existing is None:
-        raise UserError(f"--resume: {out} has no checkpoint to resume from")
+        raise UserError(f"--resume: {out} has no checkpoint to resume from; run the same command without "
+                        "--resume to start it from step 0")
     if not resume and existing is not None:
         raise UserError(f"{out} already holds a run ({existing.name}); add --resume to continue it "
                         "or choose another --out")

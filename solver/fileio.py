@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
+
+# What a killed `atomic_write` / `atomic_replace_dir` leaves: `.NAME.<8 random>.tmp` files,
+# `.NAME.<8 random>` folders (tempfile's names) and `.NAME.old` folders.
+LEFTOVER = re.compile(r"^\.(?P<name>.+?)\.(?:(?P<file>[a-z0-9_]{8}\.tmp)|[a-z0-9_]{8}|old)$")
 
 
 def cache_dir() -> Path:
@@ -83,3 +88,29 @@ def atomic_replace_dir(final: str | os.PathLike, build: Callable[[Path], None]) 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def remove_leftovers(folder: str | os.PathLike) -> list[str]:
+    """Clear what killed atomic writes left in `folder`; returns the names removed.
+
+    A `.NAME.old` folder whose NAME is missing (the kill came between
+    `atomic_replace_dir`'s two renames) is put back as NAME: the last complete version.
+    Only a process that owns the folder may call this (solver/run_lock.py): another
+    one's temp files in the middle of a write look the same.
+    """
+    folder = Path(folder)
+    removed = []
+    for path in sorted(folder.iterdir()):
+        match = LEFTOVER.match(path.name)
+        if match is None or path.is_symlink() or path.is_dir() == bool(match["file"]):
+            continue  # only the kind of entry our writes make: a file for .tmp, a folder otherwise
+        final = folder / match["name"]
+        if path.name.endswith(".old") and path.is_dir() and not final.exists():
+            os.replace(path, final)
+            continue
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        removed.append(path.name)
+    return removed

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from cli import cli
@@ -9,11 +10,23 @@ from llm.tiny import cached_tiny_model
 from rl.pipeline import MODELS, STAGES_FILE, PipelineSettings, run_pipeline
 
 
-def test_pipeline_runs_every_stage_and_resumes(tmp_path_factory, tmp_path):
+def test_pipeline_runs_every_stage_and_resumes(tmp_path_factory, tmp_path, monkeypatch):
     tiny = str(cached_tiny_model(tmp_path_factory.mktemp("tiny")))
     settings = PipelineSettings(model=tiny, sft_games=12, sft_iters=2, rl_steps=2, rl_games=2, group_size=2,
                                 eval_games=3, max_tokens=12)
     out = tmp_path / "run"
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # the RL stage dies before its first checkpoint
+
+    monkeypatch.setattr("rl.loop.save_checkpoint", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(out, settings, show_progress=False)
+    monkeypatch.undo()
+    assert list(json.loads((out / STAGES_FILE).read_text())["stages"]) == ["gen-sft", "sft"]
+    assert (out / "rl" / "config.json").is_file() and not (out / "rl" / "latest").exists()
+
+    # Run again: the finished stages are skipped and RL starts over.
     summary = run_pipeline(out, settings, show_progress=False)
     stages = json.loads((out / STAGES_FILE).read_text())["stages"]
     assert list(stages) == ["gen-sft", "sft", "rl", "eval-base", "eval-sft", "eval-rl"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -533,6 +534,75 @@ def test_kill_during_save_keeps_the_last_checkpoint_and_resume_is_exact(tmp_path
     assert {**best, "adapter": None} == {**expected_best, "adapter": None}
     resumed, expected = (mx.load(str(p / "adapter" / "adapters.safetensors")) for p in (out, reference))
     assert all(np.array_equal(np.array(resumed[k]), np.array(expected[k])) for k in expected)
+
+
+def test_run_killed_before_its_first_checkpoint_starts_again_on_resume(tmp_path, reference_run, start_adapter,
+                                                                       tiny_model_dir, monkeypatch):  # noqa: F811
+    reference, _ = reference_run
+    out = tmp_path / "run"
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # the moment the first checkpoint would be written
+
+    monkeypatch.setattr("rl.loop.save_checkpoint", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_rl(RunRequest(str(tiny_model_dir), str(start_adapter), out, build_config(TINY_RUN), show_progress=False))
+    monkeypatch.undo()
+    assert latest_checkpoint(out) is None and [r["step"] for r in read_metrics(out)] == [0, 1]
+    assert (out / "best.json").is_file()  # the step-0 eval's
+
+    result = run_cli("rl", "--out", out, "--resume", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "no checkpoint yet; its run starts again from step 0" in result.output
+    assert deterministic(read_metrics(out)) == deterministic(read_metrics(reference))
+
+
+def one_error_line(result) -> str:
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.output
+    return lines[0]
+
+
+def test_corrupt_run_files_and_a_resume_past_the_end_are_one_line_errors(tmp_path, reference_run):
+    reference, _ = reference_run
+
+    def state_with(**changes):
+        def edit(run: Path) -> None:
+            state = latest_checkpoint(run) / "state.json"
+            saved = json.loads(state.read_text())
+            saved["extra"].update(changes)
+            state.write_text(json.dumps(saved))
+        return edit
+
+    cases = [
+        (lambda run: (run / "run.json").write_text("{not json"), [], "cannot read"),
+        (lambda run: (run / "run.json").write_text('{"model": 7}'), [], "run.json is corrupt"),
+        (state_with(rng={"bit_generator": "PCG64", "state": {"state": "x", "inc": 1}}), [],
+         "its rng state does not load"),
+        (state_with(rng=[1, 2]), [], "its rng state does not load (state must be a dict)"),
+        (state_with(best={"wins": 3}), [], "its best eval has no step"),
+        (lambda run: None, ["--steps", "2"], "is at step 3 already, past --steps 2"),
+    ]
+    for number, (edit, flags, message) in enumerate(cases):
+        run = tmp_path / f"run{number}"
+        shutil.copytree(reference, run)
+        edit(run)
+        assert message in one_error_line(run_cli("rl", "--out", run, "--resume", "--quiet", *flags)), message
+        assert latest_checkpoint(run).name == "step-0000003"
+
+
+def test_resume_from_another_directory_after_a_relative_model(tmp_path, tiny_model_dir, monkeypatch):  # noqa: F811
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({**TINY_RUN, "steps": 1, "eval_every": 0}))
+    out = tmp_path / "run"
+    monkeypatch.chdir(tiny_model_dir.parent)
+    result = run_cli("rl", "--model", tiny_model_dir.name, "--out", out, "--config", config, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "run.json").read_text())["model"] == str(tiny_model_dir.resolve())
+    monkeypatch.chdir(tmp_path)
+    result = run_cli("rl", "--out", out, "--resume", "--steps", "2", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert [(r["step"], r["phase"]) for r in read_metrics(out)] == [(1, "ei"), (2, "grpo")]
 
 
 def test_report_draws_the_curves(reference_run, tmp_path):

@@ -283,6 +283,16 @@ def test_corrupt_or_mismatched_checkpoints_are_one_line_errors(tmp_path: Path, t
     with pytest.raises(UserError, match="does not fit the model"):
         load_checkpoint(tmp_path, other, SFTTrainer(other, tokenizer).optimizer)
 
+    state = path / "state.json"
+    for wrong in ('{"step": "5", "extra": {}}', '{"step": 5.5, "extra": {}}', '{"step": 5, "extra": [1]}', "[5]"):
+        state.write_text(wrong)
+        with pytest.raises(UserError, match="state.json must hold a whole-number step and an extra mapping"):
+            load_checkpoint(tmp_path, model, trainer.optimizer)
+    state.write_text('{"step": 5, "extra": {}}')
+    mx.save_safetensors(str(path / "rng.safetensors"), {"key": mx.zeros((3,), dtype=mx.uint32)})
+    with pytest.raises(UserError, match=r"its random key is uint32 \(3,\), expected uint32 \(2,\)"):
+        load_checkpoint(tmp_path, model, trainer.optimizer)
+
     weights = path / "adapters.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(UserError, match="is corrupt") as error:
@@ -322,6 +332,16 @@ def test_killed_run_resumes_onto_the_same_trajectory(tmp_path: Path, tiny_model_
         assert (x["lr"], x["tokens"]) == (y["lr"], y["tokens"])  # same schedule position, same batches
         assert y["loss"] == pytest.approx(x["loss"], abs=1e-4)
     assert b[-1]["val_loss"] == pytest.approx(a[-1]["val_loss"], abs=1e-4)
+
+
+def test_redirected_output_shows_progress_from_the_first_validation(tmp_path, tiny_model_dir, data_dir,
+                                                                    monkeypatch) -> None:  # noqa: F811
+    monkeypatch.setenv("WORDLE_RL_PROGRESS_EVERY", "0")
+    args = [a for a in tiny_args(tiny_model_dir, data_dir, tmp_path / "run") if a != "--quiet"]
+    result = sft(*args, "--iters", "2", "--eval-every", "2", "--eval-games", "1", "--save-every", "2")
+    assert result.exit_code == 0, result.output
+    assert "sft (validating): 0/2 steps, - steps/s" in result.output  # the start model's eval, before step 1
+    assert "2/2 steps" in result.output
 
 
 def test_resume_refuses_other_settings(finished_run: Path, tiny_model_dir, data_dir) -> None:  # noqa: F811
@@ -389,10 +409,26 @@ def test_missing_data_model_and_checkpoint(tmp_path: Path, tiny_model_dir, data_
 def test_corrupt_checkpoint_on_resume(tmp_path, finished_run, tiny_model_dir, data_dir) -> None:  # noqa: F811
     run = tmp_path / "copy"
     shutil.copytree(finished_run, run)
+    state = latest_checkpoint(run) / "state.json"
+    state.write_text(state.read_text().replace('"step": 6', '"step": 9'))  # never written by a run: --iters is 6
+    result = sft(*tiny_args(tiny_model_dir, data_dir, run, "--iters", "6", "--resume"))
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "is at step 9, past --iters 6" in result.stderr
     (latest_checkpoint(run) / "optimizer.safetensors").write_bytes(b"\x00" * 10)
     result = sft(*tiny_args(tiny_model_dir, data_dir, run, "--iters", "6", "--resume"))
     assert result.exit_code == 2
     assert "is corrupt" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_resume_clears_what_killed_writes_left(tmp_path, finished_run, tiny_model_dir, data_dir) -> None:  # noqa: F811
+    run = tmp_path / "copy"
+    shutil.copytree(finished_run, run)
+    (run / ".latest.abc12345.tmp").write_text("step-0000006\n")
+    for name in (".adapter.k3j4h5g6", ".adapter.old"):
+        shutil.copytree(run / "adapter", run / name)
+    result = sft(*tiny_args(tiny_model_dir, data_dir, run, "--iters", "6", "--resume"))
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == [".lock"]
 
 
 def test_data_folder_loads_all_splits(data_dir: Path) -> None:

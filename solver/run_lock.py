@@ -1,0 +1,57 @@
+"""One run per folder, with a lock that a killed run cannot leave stuck.
+
+`sft`, `rl` and `pipeline` hold an exclusive `flock` on RUN/.lock while they work on
+RUN, so a second run given the same `--out` stops with one error line instead of
+logging every step twice. The operating system drops a flock when its process ends,
+however it ends (kill -9 included): the lock file left behind never blocks a resume.
+A folder the run created and left holding nothing but the lock (it stopped on an
+error before writing anything) is removed again. Holding the lock, the run owns the
+folder: what a killed run's atomic writes left there (temp files and folders) is
+cleared as the lock is taken.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from solver.errors import UserError
+from solver.fileio import remove_leftovers
+
+LOCK_FILE = ".lock"
+
+
+@contextmanager
+def run_lock(folder: str | os.PathLike) -> Iterator[Path]:
+    """Hold RUN/.lock for the block (creating RUN if needed) and clear leftovers; UserError if another run holds it."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"--out {folder} is a file, not a folder")
+    created = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / LOCK_FILE, "a+", encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"cannot write to {folder}: {err.strerror or err}") from err
+    with handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip()
+            raise UserError(f"{folder} is in use by another run{f' (pid {holder})' if holder.isdigit() else ''}; "
+                            "wait for it to end or choose another --out") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        try:
+            remove_leftovers(folder)
+            yield folder
+        finally:
+            if created and [p.name for p in folder.iterdir()] == [LOCK_FILE]:
+                (folder / LOCK_FILE).unlink()
+                folder.rmdir()

@@ -1,0 +1,84 @@
+"""kill -9 at random moments of the pipeline (gen-sft, sft, rl, evals, checkpoint and export writes);
+each rerun of the same command continues, and the finished run equals one never interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from llm.tiny import cached_tiny_model
+from rl.pipeline import MODELS, STAGES_FILE
+from solver.fileio import LEFTOVER
+from solver.run_lock import run_lock
+
+REPO = Path(__file__).resolve().parent.parent
+LAUNCH = """
+import sys
+from pathlib import Path
+from rl.pipeline import PipelineSettings, run_pipeline
+settings = PipelineSettings(model=sys.argv[1], sft_games=12, sft_iters=4, rl_steps=4, rl_games=2, group_size=2,
+                            eval_games=3, max_tokens=12)
+run_pipeline(Path(sys.argv[2]), settings, show_progress=False)
+"""
+TIMING = ("seconds", "per_second", "per_minute", "per_s", "peak_memory")
+PATHS = ("run", "adapter", "best_adapter", "policy")  # name the run folder
+
+
+def pipeline(model: Path, out: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", LAUNCH, str(model), str(out)], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def without_timing(value):
+    if isinstance(value, dict):
+        return {k: without_timing(v) for k, v in value.items()
+                if not any(t in k for t in TIMING) and k not in PATHS}
+    if isinstance(value, list):
+        return [without_timing(v) for v in value]
+    return value
+
+
+def results(out: Path) -> dict:
+    stages = json.loads((out / STAGES_FILE).read_text())["stages"]
+    games = {m: json.loads((out / f"eval-{m}.json").read_text())["per_game"] for m in MODELS}
+    rl = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
+    return without_timing({"stages": {k: v for k, v in stages.items() if k != "gen-sft"}, "games": games, "rl": rl})
+
+
+@pytest.mark.slow
+def test_pipeline_killed_at_random_moments_finishes_as_if_never_killed(tmp_path_factory, tmp_path):
+    model = cached_tiny_model(tmp_path_factory.mktemp("tiny"))
+    began = time.monotonic()
+    reference = pipeline(model, tmp_path / "reference")
+    assert reference.wait() == 0, reference.stderr.read().decode()[-2000:]
+    seconds = time.monotonic() - began
+
+    out, chance, kills = tmp_path / "killed", random.Random(16), 0
+    while True:
+        process = pipeline(model, out)
+        try:
+            # Three delays of at most a third of the whole run each: at least three kills land.
+            code = process.wait(timeout=chance.uniform(0.5, seconds / 3) if kills < 8 else None)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            kills += 1
+            continue
+        assert code == 0, process.stderr.read().decode()[-2000:]
+        break
+    assert kills >= 3, kills
+    assert results(out) == results(tmp_path / "reference")
+    for folder in (out, out / "sft", out / "rl"):
+        assert not [p.name for p in folder.iterdir() if LEFTOVER.match(p.name)], folder
+    with run_lock(out):  # no kill left it held
+        pass
