@@ -7,12 +7,12 @@ from pathlib import Path
 import click
 
 from rl.pipeline import PipelineSettings
-from solver.options import json_option
+from solver.options import json_option, writable_folder
 
 DEFAULT = PipelineSettings()
 
 @click.command("pipeline")
-@click.option("--out", required=True, type=click.Path(file_okay=False),
+@click.option("--out", required=True, type=click.Path(file_okay=False), callback=writable_folder,
               help="Run folder; run the same command again to resume an interrupted pipeline.")
 @click.option("--model", default=DEFAULT.model, show_default=True, help="Base model (mlx-lm folder, HF id, 'default').")
 @click.option("--seed", type=int, default=DEFAULT.seed, show_default=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from solver.options import json_option
+from solver.options import json_option, writable_folder
 
 
 @click.command("sft")
@@ -12,7 +12,7 @@ from solver.options import json_option
               help="Base model: mlx-lm folder, Hugging Face id, or 'default' (SmolLM2-135M-Instruct, embedded).")
 @click.option("--data", required=True, type=click.Path(), help="Folder with train.jsonl (+ valid/test.jsonl), "
                                                               "as gen-sft writes it.")
-@click.option("--out", required=True, type=click.Path(file_okay=False),
+@click.option("--out", required=True, type=click.Path(file_okay=False), callback=writable_folder,
               help="Run folder: checkpoints/, metrics.jsonl, adapter/ (and fused/).")
 @click.option("--adapter", type=click.Path(), default=None,
               help="Start from this adapter (its rank and type replace --rank/--full).")

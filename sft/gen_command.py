@@ -13,12 +13,13 @@ from rich.table import Table
 from sft.states import DEFAULT_REJECTED
 from solver.errors import UserError
 from solver.fileio import atomic_replace_dir, atomic_write_json
-from solver.options import json_option, solver_options, word_list_options
+from solver.options import json_option, replaced_folder, solver_options, word_list_options
 from solver.policy import SolverSettings
 
 
 @click.command("gen-sft")
-@click.option("--out", required=True, type=click.Path(), help="Folder for the dataset (built aside, then swapped in).")
+@click.option("--out", required=True, type=click.Path(), callback=replaced_folder,
+              help="Folder for the dataset (built aside, then swapped in).")
 @click.option("--games", type=click.IntRange(1), default=2000, show_default=True,
               help="Solver games to play; every solver turn is one example.")
 @word_list_options()
@@ -165,5 +166,8 @@ def summary_table(result: dict) -> Table:
 def check_out_dir(out: Path, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a folder")
+    if out.is_dir() and Path.cwd().resolve().is_relative_to(out.resolve()):
+        raise UserError(f"--out {out} is the folder you are in (or holds it); gen-sft replaces its --out whole: "
+                        "name a folder of its own, e.g. --out data")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise UserError(f"--out {out} exists and is not empty; pass --overwrite to replace it")

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from cli import cli
 from llm.blas import find_mkl
 from llm.commands import doctor
-from solver.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
 FIELDS = {
@@ -102,6 +102,7 @@ def test_no_reexec_when_argv_cannot_restart_the_program(tmp_path: Path) -> None:
 def test_doctor_json_unwritable_is_a_user_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    result = CliRunner().invoke(doctor, ["--json", str(blocker / "doctor.json")])
-    assert isinstance(result.exception, UserError)
-    assert str(result.exception).startswith(f"cannot write {blocker / 'doctor.json'}: ")
+    result = CliRunner().invoke(cli, ["doctor", "--json", str(blocker / "doctor.json")])
+    assert result.exit_code == 2  # refused before the matmul benchmark runs
+    assert result.stderr.strip() == (f"error: Invalid value for '--json': cannot write {blocker / 'doctor.json'}: "
+                                     f"{blocker} is not a folder")
