@@ -9,7 +9,6 @@ schedule string is a one-line `UserError` naming the key, before anything loads.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import typing
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from rl.rollout import CHOICES, RolloutSettings
 from rl.schedule import Schedule, parse_schedule
 from sft.lora import AdapterSettings
 from solver.errors import UserError
+from solver.fileio import parse_json, read_text
 
 SECRET_KINDS = ("answers", "allowed")
 
@@ -76,15 +76,13 @@ def load_config_file(path: str | Path) -> dict:
     import yaml
 
     path = Path(path)
+    text = read_text(path, "config")
+    if path.suffix.lower() == ".json":
+        return parse_json(text, f"config {path}")
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise UserError(f"cannot read config {path}: {err.strerror or err}") from err
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise UserError(f"config {path} is not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: "
-                        f"{' '.join(str(err).split())[:200]}") from err
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise UserError(f"config {path} is not valid YAML: {' '.join(str(err).split())[:200]}") from err
     if data is None:
         return {}
     if not isinstance(data, dict):

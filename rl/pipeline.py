@@ -15,7 +15,6 @@ pipeline's RL stage is about 10.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from rich.table import Table
 from eval.report import FIGURES
 from llm.generation import SamplingSettings
 from solver.errors import UserError
-from solver.fileio import atomic_write_json
+from solver.fileio import atomic_write_json, read_json
 
 STAGES_FILE = "stages.json"
 MODELS = ("base", "sft", "rl")
@@ -74,13 +73,14 @@ class Stages:
         self.path = out / STAGES_FILE
         self.done: dict[str, dict] = {}
         if self.path.exists():
-            try:
-                saved = json.loads(self.path.read_text())
-            except json.JSONDecodeError as err:
-                raise UserError(f"{self.path} is corrupt ({err}); remove it to start over") from None
+            saved = read_json(self.path, "pipeline record")
             if saved.get("settings") != asdict(settings):
                 raise UserError(f"{out} holds a pipeline run with other settings; use another --out")
-            self.done = saved.get("stages", {})
+            stages = saved.get("stages", {})
+            if not isinstance(stages, dict) or not all(isinstance(s, dict) for s in stages.values()):
+                raise UserError(f"{self.path} is corrupt (stages must map each stage to its summary); "
+                                "remove it to start over")
+            self.done = stages
         self.settings = settings
 
     def run(self, name: str, stage: Callable[[], dict]) -> dict:

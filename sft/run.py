@@ -27,7 +27,7 @@ from sft.data import SFTData, check_lengths, load_data_dir, prompt_of
 from sft.lora import AdapterSettings, attach_adapter, continue_adapter, save_adapter
 from sft.trainer import BatchOrder, OptimizerSettings, SFTTrainer, collate
 from solver.errors import UserError
-from solver.fileio import atomic_write_json, atomic_write_text
+from solver.fileio import append_line, atomic_write_json, atomic_write_text, read_text
 
 VAL_EXAMPLES = 64  # validation loss on at most this many valid.jsonl examples: it runs every --eval-every steps
 FUSE_PROMPTS = 4
@@ -84,15 +84,14 @@ class MetricsLog:
         self.path = path
 
     def append(self, record: dict) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        append_line(self.path, json.dumps(record))
 
     def records(self) -> list[dict]:
         """Every complete line (a kill mid-write leaves at most one broken last line)."""
         if not self.path.is_file():
             return []
         records = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        for line in read_text(self.path, "metrics log").splitlines():
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError:

@@ -65,12 +65,12 @@ def parse_json(text: str, where: str, kind: type | None = dict) -> Any:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise UserError(f"{where} is not valid JSON ({err.msg} at line {err.lineno})") from None
+        raise UserError(f"{where}: not valid JSON ({err.msg} at line {err.lineno})") from None
     except RecursionError:
-        raise UserError(f"{where} is nested too deeply to be ours") from None
+        raise UserError(f"{where}: nested too deeply to be ours") from None
     if kind is not None and not isinstance(data, kind):
         expected = {dict: "an object", list: "a list"}.get(kind, kind.__name__)
-        raise UserError(f"{where} must hold {expected}, got {type(data).__name__}")
+        raise UserError(f"{where}: expected {expected}, got {type(data).__name__}")
     return data
 
 
