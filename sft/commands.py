@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from solver.options import json_option, writable_folder
+from solver.options import json_option, seed_option, writable_folder
 
 
 @click.command("sft")
@@ -32,7 +32,7 @@ from solver.options import json_option, writable_folder
               help="Validation loss and a few held-out games every K steps.")
 @click.option("--eval-games", type=int, default=8, show_default=True, help="Held-out games per eval (0: none).")
 @click.option("--save-every", type=int, default=100, show_default=True, help="Checkpoint every K steps.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@seed_option
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @json_option
 def sft(model, data, out, adapter, iters, rank, learning_rate, warmup, batch_size, max_seq_len, full, resume, fuse,

@@ -62,8 +62,8 @@ class SFTConfig:
         for flag, value in positive.items():
             if value <= 0:
                 raise UserError(f"{flag} must be a positive integer, got {value}")
-        if not self.learning_rate > 0:
-            raise UserError(f"--lr must be positive, got {self.learning_rate}")
+        if not 0 < self.learning_rate <= 1:  # also refuses nan and inf, which train to an all-NaN adapter
+            raise UserError(f"--lr must be > 0 and <= 1, got {self.learning_rate}")
         if self.max_seq_len < 32:
             raise UserError(f"--max-seq-len {self.max_seq_len} is too small: a prompt alone is longer")
         if self.eval_games < 0:

@@ -49,6 +49,12 @@ class FiniteFloat(click.FloatRange):
         return super().convert(number, param, ctx)
 
 
+MAX_SEED = 2**63 - 1  # what numpy's and mlx's generators take
+
+seed_option = click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,
+                           help="Seed of every random choice: the same seed gives the same result.")
+
+
 def word_list_options(default_secrets: str = "answers") -> Callable:
     def decorate(f: Callable) -> Callable:
         f = click.option("--allowed", type=click.Path(dir_okay=False), default=None,
