@@ -28,6 +28,7 @@ FIELDS = {
     "matmul_fp32_1024_gflops",
     "default_model_cached",
     "default_model_path",
+    "default_model_problem",
 }
 needs_mkl = pytest.mark.skipif(
     sys.platform != "linux" or platform.machine() != "x86_64" or find_mkl() is None,
@@ -45,7 +46,7 @@ def test_doctor_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert info["matmul_fp32_1024_gflops"] > 0
     assert info["python"] == platform.python_version()
     assert info["device"] in ("cpu", "gpu")
-    assert info["default_model_cached"] is False
+    assert info["default_model_cached"] is False and info["default_model_problem"] == "not converted yet"
     assert info["default_model_path"] == str(
         tmp_path / "cache" / "models" / "smollm2-135m-instruct-f32"
     )
