@@ -110,6 +110,28 @@ def _new_file_mode(path: Path) -> int:
         return 0o666 & ~_umask()
 
 
+FULL_BELOW = 1 << 20  # bytes free under which a failed write is put down to a full disk
+
+
+def _full_disk(folder: Path) -> bool:
+    """Nearly no space left where `folder` is: libraries that write files themselves (mlx's
+    safetensors writer) fail with a RuntimeError there, not an OSError saying so."""
+    try:
+        info = os.statvfs(_nearest_existing(folder))
+    except OSError:
+        return False
+    return info.f_bavail * info.f_frsize < FULL_BELOW
+
+
+def _write_error(path: str | os.PathLike, err: BaseException) -> UserError | None:
+    """The one-line error for a write to `path` that failed with `err` (None: a bug, keep its traceback)."""
+    if isinstance(err, OSError):
+        return UserError(f"cannot write {path}: {os_reason(err)}")
+    if isinstance(err, Exception) and _full_disk(Path(path).parent):
+        return UserError(f"cannot write {path}: no space left on the device")
+    return None
+
+
 def write_target(path: str | os.PathLike) -> Path:
     """The node a write to `path` lands on: a symlink's target, else `path` itself."""
     path = Path(path)
@@ -137,8 +159,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
-    except OSError as err:
-        raise UserError(f"cannot write {path}: {os_reason(err)}") from err
+    except Exception as err:
+        error = _write_error(path, err)
+        if error is None:
+            raise
+        raise error from err
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -189,9 +214,10 @@ def atomic_replace_dir(final: str | os.PathLike, build: Callable[[Path], None]) 
     except BaseException as err:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(err, OSError):
-            raise UserError(f"cannot write {final}: {os_reason(err)}") from err
-        raise
+        error = _write_error(final, err)
+        if error is None:
+            raise
+        raise error from err
 
 
 # -- checking outputs before any work ------------------------------------------------------

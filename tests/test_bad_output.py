@@ -192,3 +192,18 @@ def test_gen_sft_refuses_to_replace_the_folder_it_runs_in(tmp_path, monkeypatch,
     assert_one_error(run("gen-sft", "--out", out, "--games", "1", "--quiet", "--overwrite"),
                      "is the folder you are in")
     assert work.is_dir() and list(tmp_path.iterdir()) == [work]
+
+
+@pytest.mark.parametrize("free_bytes_counted_full, error", [(1 << 62, UserError), (0, RuntimeError)])
+def test_a_library_failing_on_a_full_disk_is_one_line(tmp_path, monkeypatch, free_bytes_counted_full, error):
+    """mlx's safetensors writer says `RuntimeError: [write] Unable to write` when the disk is full;
+    on a full disk that is the user's to fix, elsewhere it is a bug and keeps its traceback."""
+    def build(folder: Path) -> None:
+        raise RuntimeError("[write] Unable to write 1783 bytes to file.")
+
+    monkeypatch.setattr("solver.fileio.FULL_BELOW", free_bytes_counted_full)
+    with pytest.raises(error) as raised:
+        atomic_replace_dir(tmp_path / "checkpoint", build)
+    if error is UserError:
+        assert str(raised.value) == f"cannot write {tmp_path / 'checkpoint'}: no space left on the device"
+    assert list(tmp_path.iterdir()) == []
