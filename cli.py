@@ -22,7 +22,8 @@ _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >
 
 
 def _fail(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+    one_line = " ".join(message.splitlines())  # user text quoted in a message may hold line breaks
+    click.echo(f"error: {one_line}", err=True)
     sys.exit(2)
 
 
