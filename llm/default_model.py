@@ -47,6 +47,7 @@ def cache_problem(contents: bool = False) -> str | None:
 
 
 def is_default_cached() -> bool:
+    """A finished conversion is cached (file sizes checked against its manifest)."""
     return cache_problem() is None
 
 

@@ -29,6 +29,7 @@ from sft.trainer import BatchOrder, OptimizerSettings, SFTTrainer, collate
 from solver.errors import UserError
 from solver.fileio import append_line, atomic_write_json, atomic_write_text, read_text
 
+MAX_STEPS = 10_000_000  # as rl's steps
 VAL_EXAMPLES = 64  # validation loss on at most this many valid.jsonl examples: it runs every --eval-every steps
 FUSE_PROMPTS = 4
 
@@ -57,11 +58,15 @@ class SFTConfig:
 
     def check(self) -> None:
         """One-line errors for values no run can use."""
-        positive = {"--iters": self.iters, "--rank": self.rank, "--batch-size": self.batch_size,
-                    "--eval-every": self.eval_every, "--save-every": self.save_every}
-        for flag, value in positive.items():
+        # (value, most a run can use): mlx's schedules fail on step counts past 64 bits (std::bad_cast)
+        positive = {"--iters": (self.iters, MAX_STEPS), "--rank": (self.rank, 1024),
+                    "--batch-size": (self.batch_size, 4096), "--eval-every": (self.eval_every, None),
+                    "--save-every": (self.save_every, None)}
+        for flag, (value, most) in positive.items():
             if value <= 0:
                 raise UserError(f"{flag} must be a positive integer, got {value}")
+            if most is not None and value > most:
+                raise UserError(f"{flag} must be at most {most:,}, got {value}")
         if not 0 < self.learning_rate <= 1:  # also refuses nan and inf, which train to an all-NaN adapter
             raise UserError(f"--lr must be > 0 and <= 1, got {self.learning_rate}")
         if self.max_seq_len < 32:

@@ -60,6 +60,10 @@ def read_text(path: str | os.PathLike, what: str) -> str:
         raise UserError(f"cannot read {what} {path}: {err.strerror or err}") from err
 
 
+_JSON_NAMES = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
+               bool: "true/false", type(None): "null"}
+
+
 def parse_json(text: str, where: str, kind: type | None = dict) -> Any:
     """`text` as JSON of type `kind` (None: any); a one-line UserError saying where it went wrong."""
     try:
@@ -69,8 +73,8 @@ def parse_json(text: str, where: str, kind: type | None = dict) -> Any:
     except RecursionError:
         raise UserError(f"{where}: nested too deeply to be ours") from None
     if kind is not None and not isinstance(data, kind):
-        expected = {dict: "an object", list: "a list"}.get(kind, kind.__name__)
-        raise UserError(f"{where}: expected {expected}, got {type(data).__name__}")
+        raise UserError(f"{where}: expected {_JSON_NAMES.get(kind, kind.__name__)}, "
+                        f"got {_JSON_NAMES.get(type(data), type(data).__name__)}")
     return data
 
 

@@ -44,7 +44,7 @@ def test_binary_config_is_one_line(tmp_path, suffix):
 
 
 @pytest.mark.parametrize("content, message", [
-    ("[1, 2]", "expected an object, got list"),
+    ("[1, 2]", "expected an object, got a list"),
     ("{", "not valid JSON"),
     ('{"steps": "many"}', "steps must be a whole number, got 'many'"),
     ("[" * 100_000, "nested too deeply"),
@@ -83,7 +83,7 @@ def test_unreadable_train_file_is_one_line(tmp_path):
 @pytest.mark.parametrize("content, message", [
     (BINARY, "is not UTF-8 text"),
     ("not json", "not valid JSON"),
-    ('"text"', "expected an object, got str"),
+    ('"text"', "expected an object, got a string"),
     (eval_result(wins="many"), "wins must be a whole number, got 'many'"),
     (eval_result(win_rate="all"), "win_rate must be a number, got 'all'"),
     (eval_result(games=True), "games must be a whole number, got True"),
@@ -130,7 +130,7 @@ def test_binary_checkpoint_pointer_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     (BINARY, "stages.json is not UTF-8 text"),
-    ("[]", "expected an object, got list"),
+    ("[]", "expected an object, got a list"),
 ])
 def test_bad_pipeline_record_is_one_line(tmp_path, tiny_model_dir, content, message):  # noqa: F811
     write(tmp_path / "p" / "stages.json", content)
