@@ -49,12 +49,20 @@ def stop_sequences(tokenizer) -> StopSequences:
 
 
 def _prefill(model, tokens: list[int], start: list | None = None) -> list:
-    """KV cache of `tokens`, continuing a copy of the cache `start` if given (which stays
-    as it was: a cache's arrays are replaced, never written in place, once it grows)."""
+    """KV cache of `tokens`, continuing the cache `start` if given, which stays as it was.
+
+    mlx-lm's KVCache writes new keys into its buffer in place while the buffer has room,
+    and mx.array slice assignment is seen through every reference to that array: a cache
+    continued from the shared prefix's buffer would write into the prefix's spare room,
+    which every other group continued from that prefix reads too (each group prefilled in
+    one call overwrote the earlier groups' prompt tails). So the start's keys and values
+    are sliced to new arrays, and the first write here allocates a buffer of its own.
+    """
     cache = make_prompt_cache(model)
     if start is not None:
         for layer, begun in zip(cache, start):
-            layer.state = begun.state
+            keys, values, offset = begun.state
+            layer.state = (keys[..., :offset, :], values[..., :offset, :], offset)
     if tokens:
         model(mx.array(tokens)[None], cache=cache)
         mx.eval([c.state for c in cache])

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llm.generation import MAX_TEMPERATURE
-from rl.expert_iteration import EISettings
+from rl.expert_iteration import EXPERTS, POSITIONS, EISettings
 from rl.grpo import ADVANTAGE_SCALES, GrpoSettings
 from rl.reward import MAX_WEIGHT, RewardWeights
 from rl.rollout import CHOICES, RolloutSettings
@@ -65,12 +65,13 @@ RANGES: dict[str, tuple[float, float] | tuple[float, float, str]] = {
     "ei.warmup_steps": (0, 100_000), "ei.min_history": (0, 5), "grpo.clip_epsilon": (0.0, 1.0, "("), "grpo.kl_coef": (0.0, 100.0),
     "grpo.micro_batch": (1, 4096), "grpo.max_grad_norm": (0.0, _INF, "("), "grpo.updates_per_batch": (1, 64),
     "grpo.groups_per_step": (1, 100_000), "grpo.max_rollouts": (1, 1000),
-    "ei.states_per_step": (1, 100_000), "ei.samples": (1, 256), "ei.threshold": (-_INF, _INF),
+    "ei.states_per_step": (1, 100_000), "ei.games_per_step": (1, 100_000), "ei.samples": (1, 256), "ei.threshold": (-_INF, _INF),
     "ei.keep_per_state": (1, 256), "ei.sft_steps": (1, 100_000), "ei.batch_size": (1, 4096),
     "ei.learning_rate": (0.0, 1.0, "("),
     "lora.rank": (1, 1024), "lora.scale": (0.0, 1000.0, "("), "lora.dropout": (0.0, 1.0),
 }
-CHOICE_KEYS = {"secrets": SECRET_KINDS, "rollout.choose": CHOICES, "grpo.advantage_scale": ADVANTAGE_SCALES}
+CHOICE_KEYS = {"secrets": SECRET_KINDS, "rollout.choose": CHOICES, "grpo.advantage_scale": ADVANTAGE_SCALES,
+               "ei.positions": POSITIONS, "ei.expert": EXPERTS}
 
 
 def load_config_file(path: str | Path) -> dict:

@@ -1,21 +1,25 @@
 """Filtered expert iteration: train on the model's own good answers, or the expert's.
 
-At each start state the model samples K answers (at the rollout temperature, eval's).
-An answer is kept when its move is good: playable, and its guess quality (the reward
-without the thought's credit) at or above `threshold`, or its guess is the solver's
-own move. Best first, distinct guesses, at most `keep_per_state`. A kept answer's
-thought must be true: one the checker (sft/cot.py) accepts is trained on as written,
-any other is replaced by the true thought for the same guess, so a false claim
-("Only vigor remains." when it does not) never becomes a target. Where no answer
-passes, the target is the solver's move with its chain of thought, so a state never
-goes untaught. The targets train through the SFT trainer (sft/trainer.py), the same
-masked cross-entropy step the `sft` command runs, with RL's bias-corrected optimizer.
+The positions are those the model itself reaches: it plays whole games from start
+states (`positions` "played", as a GRPO rollout does, one sampled answer advancing each
+game), so its own weak guesses and refused words are in the histories it trains on,
+the states eval will put it in; "sampled" uses the start states alone. At each position
+the model has sampled K answers (at the rollout temperature, eval's). An answer is kept
+when its move is good: playable, and its guess quality (the reward without the
+thought's credit) at or above `threshold`, or its guess is the solver's own move. Best
+first, distinct guesses, at most `keep_per_state`. A kept answer's thought must be true:
+one the checker (sft/cot.py) accepts is trained on as written, any other is replaced by
+the true thought for the same guess, so a false claim ("Only vigor remains." when it
+does not) never becomes a target. Where no answer passes, the target is the solver's
+move with its chain of thought, so a position never goes untaught. The targets train
+through the SFT trainer (sft/trainer.py), the same masked cross-entropy step the `sft`
+command runs, with RL's bias-corrected optimizer.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import mlx.core as mx
 import numpy as np
@@ -25,18 +29,27 @@ from llm.format import messages, prompt_tokens
 from llm.generation import sample
 from rl.optimizer import rl_optimizer
 from rl.reward import GroupRewards, RewardScorer
-from rl.rollout import Group, Rollout, RolloutSettings
+from rl.rollout import Group, Rollout, RolloutSettings, play
 from sft.cot import check_thought, expert_answer, truthful_answer
 from sft.data import Conversation
 from sft.lora import trainable_weights
 from sft.states import StartState
 from sft.trainer import OptimizerSettings, SFTTrainer
-from solver.policy import Policy
+from solver.policy import CandidatePolicy, EntropySolver, Policy
+
+
+POSITIONS = ("played", "sampled")
+EXPERTS = ("solver", "candidates")
 
 
 @dataclass(frozen=True)
 class EISettings:
-    states_per_step: int = 8  # start states sampled per expert-iteration step
+    positions: str = "played"  # every position of games the model plays, or the start states alone
+    # Whose move a position is taught where no sample passes: the solver's, or its best
+    # among the words that can still be the secret (solver/policy.py CandidatePolicy).
+    expert: str = "solver"
+    games_per_step: int = 2  # games played per step ("played")
+    states_per_step: int = 8  # start states per step ("sampled")
     # Earliest turn trained: the empty board's answer is always the solver's opener, and
     # drilling it made the model answer that word again at turn 2 (57 of its 71 repeats).
     min_history: int = 1
@@ -53,6 +66,7 @@ class EISettings:
 class Targets:
     conversations: list[Conversation]
     sampled: Rollout  # every sampled group, for the reward figures
+    positions: int  # positions trained (those from turn min_history + 1 on)
     expert_states: int  # states where no sample passed and the solver's answer was used
     rewritten: int  # kept answers whose thought was false, trained with the true thought instead
 
@@ -60,50 +74,67 @@ class Targets:
 class ExpertIteration:
     """One SFT trainer (and its optimizer) for every expert-iteration step of a run."""
 
-    def __init__(self, model, tokenizer, scorer: RewardScorer, solver: Policy, settings: EISettings,
+    def __init__(self, model, tokenizer, scorer: RewardScorer, expert: Policy, settings: EISettings,
                  rollout: RolloutSettings) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.scorer = scorer
-        self.solver = solver
+        self.expert = expert
         self.settings = settings
         self.rollout = rollout
         self.trainer = SFTTrainer(model, tokenizer, OptimizerSettings(learning_rate=settings.learning_rate),
                                   rl_optimizer(settings.learning_rate, settings.warmup_steps))
 
-    def targets(self, starts: list[StartState]) -> Targets:
+    def positions(self, starts: list[StartState], rng: np.random.Generator) -> Rollout:
+        """K sampled answers, scored, at each position to train: the games played from
+        `starts` ("played") or the start states alone ("sampled")."""
         settings = self.settings
+        if settings.positions == "played":
+            return play(self.model, self.tokenizer, self.scorer, starts,
+                        replace(self.rollout, group_size=settings.samples, choose="sampled"), rng)
         prompts = [prompt_tokens(self.tokenizer, s.state) for s in starts]
         answers = sample(self.model, self.tokenizer, prompts, settings.samples, self.rollout.sampling,
                          self.rollout.batch_size)
-        conversations, groups, expert_states, rewritten = [], [], 0, 0
-        for start, prompt, completions in zip(starts, prompts, answers):
-            texts = [c.text for c in completions]
-            rewards = self.scorer.score(texts, start.state, start.secret)
-            groups.append(Group(start.state, start.secret, prompt, completions, rewards))
-            chosen = passing_answers(rewards, self.solver.choose(start.state), settings.threshold,
+        return Rollout(groups=[Group(start.state, start.secret, prompt, completions,
+                                     self.scorer.score([c.text for c in completions], start.state, start.secret))
+                               for start, prompt, completions in zip(starts, prompts, answers)])
+
+    def targets(self, sampled: Rollout) -> Targets:
+        """One target (or up to `keep_per_state`) for each position from turn `min_history` + 1 on."""
+        settings = self.settings
+        trained = [g for g in sampled.groups if len(g.state.turns) >= settings.min_history]
+        conversations, expert_states, rewritten = [], 0, 0
+        for group in trained:
+            texts = [c.text for c in group.completions]
+            rewards, parsed = group.rewards, group.rewards.parsed
+            chosen = passing_answers(rewards, self.expert.choose(group.state), settings.threshold,
                                      settings.keep_per_state)
-            parsed = rewards.parsed
-            kept = [truthful_target(start.state, texts[i], parsed.thoughts[i], parsed.guesses[i]) for i in chosen]
+            kept = [truthful_target(group.state, texts[i], parsed.thoughts[i], parsed.guesses[i]) for i in chosen]
             rewritten += sum(text != texts[i] for text, i in zip(kept, chosen))
             if not kept:
-                kept = [expert_answer(self.solver, start.state)]
+                kept = [expert_answer(self.expert, group.state)]
                 expert_states += 1
-            conversations.extend(messages(start.state) + [{"role": "assistant", "content": text}] for text in kept)
-        return Targets(conversations, Rollout(groups=groups), expert_states, rewritten)
+            conversations.extend(messages(group.state, group.rejected) + [{"role": "assistant", "content": text}]
+                                 for text in kept)
+        return Targets(conversations, sampled, len(trained), expert_states, rewritten)
 
-    def step(self, starts: list[StartState], seed: int) -> dict[str, float | None]:
-        """Sample, filter, train; a non-finite loss undoes the step's updates and is counted."""
-        targets = self.targets(starts)
+    def step(self, starts: list[StartState], rng: np.random.Generator) -> dict[str, float | None]:
+        """Play or sample, filter, train; a non-finite loss undoes the step's updates and is counted."""
+        targets = self.targets(self.positions(starts, rng))
+        seed = int(rng.integers(2**31))
+        if not targets.positions:
+            return {**targets.sampled.stats(self.rollout.temperature), "positions": 0,
+                    "skipped": f"no position from turn {self.settings.min_history + 1} on"}
         saved = self._snapshot()
         stats = self.trainer.train_on_messages(targets.conversations, self.settings.sft_steps,
                                                self.settings.batch_size, seed)
         finite = all(math.isfinite(s.loss) and math.isfinite(s.grad_norm) for s in stats)
         if not finite:
             self._restore(saved)
-        return {**targets.sampled.stats(self.rollout.temperature),
-                "kept_fraction": 1.0 - targets.expert_states / len(starts),
-                "expert_fraction": targets.expert_states / len(starts),
+        positions = targets.positions
+        return {**targets.sampled.stats(self.rollout.temperature), "positions": positions,
+                "kept_fraction": 1.0 - targets.expert_states / positions,
+                "expert_fraction": targets.expert_states / positions,
                 "targets": len(targets.conversations), "rewritten_thoughts": targets.rewritten,
                 "loss": float(np.mean([s.loss for s in stats])),
                 "grad_norm": float(np.mean([s.grad_norm for s in stats])), "lr": stats[-1].learning_rate,
@@ -147,3 +178,8 @@ def _assign_into(target, source) -> None:
             _assign_into(target[key], source[key])
         else:
             target[key] = source[key]
+
+
+def expert_policy(solver: EntropySolver, settings: EISettings) -> Policy:
+    """The expert `settings.expert` names."""
+    return CandidatePolicy(solver) if settings.expert == "candidates" else solver

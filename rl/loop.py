@@ -28,7 +28,7 @@ from eval.splits import trainable
 from eval.validation import HeldOutEval
 from llm.generation import SamplingSettings
 from rl.config import RLConfig, build_config, load_config_file
-from rl.expert_iteration import ExpertIteration
+from rl.expert_iteration import ExpertIteration, expert_policy
 from rl.grpo import GrpoLearner, collect_groups
 from rl.heldout import BestSoFar, figures_of, heldout_record, heldout_summary, is_training_step
 from rl.policy import load_policy
@@ -99,7 +99,7 @@ def run_rl(request: RunRequest) -> dict:
     solver = setup.solver()
     scorer = RewardScorer(setup, config.reward)
     grpo = GrpoLearner(model, config.grpo, config.rollout.temperature, tokenizer.eos_token_id)
-    ei = ExpertIteration(model, tokenizer, scorer, solver, config.ei, config.rollout)
+    ei = ExpertIteration(model, tokenizer, scorer, expert_policy(solver, config.ei), config.ei, config.rollout)
     optimizers = PhaseOptimizers(grpo.optimizer, ei.trainer.optimizer)
     optimizers.init(model.trainable_parameters())
     rng = np.random.default_rng(config.seed)
@@ -147,9 +147,11 @@ def run_rl(request: RunRequest) -> dict:
                 "group_rewards": [[round(float(x), 4) for x in g.rewards.total] for g in rollout.groups]}
 
     def ei_step(view: LiveView) -> dict:
-        view.status(f"{config.ei.states_per_step} positions")
-        chosen = starts(config.ei.states_per_step, config.ei.min_history)
-        return {**ei.step(chosen, seed=int(rng.integers(2**31))), "secrets": sorted({s.secret for s in chosen})}
+        played = config.ei.positions == "played"
+        count = config.ei.games_per_step if played else config.ei.states_per_step
+        view.status(f"{count} {'games' if played else 'positions'}")
+        chosen = starts(count, config.ei.min_history)
+        return {**ei.step(chosen, rng), "secrets": sorted({s.secret for s in chosen})}
 
     def evaluate(step: int, view: LiveView) -> bool:
         """Play the held-out games with the policy as it is; True when they beat the best so far."""

@@ -50,6 +50,7 @@ class Group:
     prompt: list[int]
     completions: list[Completion]
     rewards: GroupRewards
+    rejected: tuple[Rejection, ...] = ()  # answers refused at this turn, named in the prompt
 
 
 @dataclass
@@ -100,7 +101,7 @@ def play(model, tokenizer, scorer: RewardScorer, starts: list[StartState],
         answers = sample(model, tokenizer, prompts, settings.group_size, settings.sampling, settings.batch_size)
         for game, prompt, completions in zip(active, prompts, answers):
             rewards = scorer.score([c.text for c in completions], game.state, game.secret)
-            rollout.groups.append(Group(game.state, game.secret, prompt, completions, rewards))
+            rollout.groups.append(Group(game.state, game.secret, prompt, completions, rewards, game.rejected))
             pick = choose_member(rewards, settings.choose, rng)
             _advance(game, rewards, pick, scorer, column_of[game.secret])
         active = [g for g in active if not g.over]

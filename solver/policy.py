@@ -159,6 +159,13 @@ class EntropySolver:
         return [Scored(self.lists.allowed[r], float(e), float(x), bool(c))
                 for r, e, x, c in zip(rows[:top], entropy[:top], expected[:top], is_cand[:top])]
 
+    def best_candidate(self, state: GameState) -> str:
+        """The most informative guess among the words that can still be the secret
+        (ties to list order): the best move that also fits every clue so far."""
+        rows = self._candidate_rows[state.candidates]
+        entropy, _ = score_guesses(self.matrix, rows, state.candidates)
+        return self.lists.allowed[int(rows[int(np.argmax(entropy))])]
+
     def memo_tables(self) -> dict[str, dict[bytes, Decision]]:
         """The memo, by key: positions played (`played`) and positions only looked at
         while verifying a guess (`looked`); solver/decision_store.py keeps them on disk."""
@@ -344,3 +351,20 @@ def _hard_arrays(state: GameState) -> tuple[np.ndarray, np.ndarray]:
     for letter, least in known.min_count.items():
         mins[ord(letter) - ord("a")] = least
     return greens, mins
+
+
+class CandidatePolicy:
+    """The solver kept to words that can still be the secret.
+
+    A model that cannot yet weigh information well wins by guessing words that fit
+    the clues; the solver's own move is often a word that cannot be the answer
+    (a third of its guesses after the opener), which such a model copies badly.
+    """
+
+    name = "candidates"
+
+    def __init__(self, solver: EntropySolver) -> None:
+        self.solver = solver
+
+    def choose(self, state: GameState) -> str:
+        return self.solver.best_candidate(state)

@@ -10,7 +10,7 @@ from mlx_lm import stream_generate
 from mlx_lm.sample_utils import make_sampler
 
 from llm.format import prompt_tokens
-from llm.generation import SamplingSettings, sample, shared_prefix_length
+from llm.generation import SamplingSettings, _prefill, sample, shared_prefix_length
 from llm.loading import load_model
 from solver.feedback import feedback
 from solver.setup import load_setup
@@ -56,6 +56,23 @@ def test_batched_greedy_answers_match_one_by_one(tiny_model_dir: Path) -> None: 
     groups = sample(model, tokenizer, prompts, 3, GREEDY)
     assert [[c.tokens for c in group] for group in groups] == [[e] * 3 for e in expected]
     assert sample(model, tokenizer, [], 2, GREEDY) == []
+
+
+def test_caches_continued_from_a_short_shared_prefix_keep_their_own_prompts(tiny_model_dir: Path) -> None:  # noqa: F811
+    """Prompts under mlx-lm's 256-position cache step, as the default model's are (89-token system
+    prefix, 113-290-token prompts): each group's cache continues the prefix's and must not write
+    into its buffer (a bug that once gave every group but the last another group's prompt tail)."""
+    model, _ = load_model(str(tiny_model_dir))
+    prefix = list(range(3, 90))
+    tails = [list(range(100, 140)), list(range(150, 170))]
+    shared = _prefill(model, prefix)
+    continued = [_prefill(model, tail, shared) for tail in tails]
+    for cache, tokens in zip(continued, (prefix + t for t in tails)):
+        for layer, own in zip(cache, _prefill(model, tokens)):
+            keys, _, offset = layer.state
+            own_keys, _, own_offset = own.state
+            assert offset == own_offset == len(tokens)
+            assert mx.allclose(keys[..., :offset, :], own_keys[..., :offset, :], atol=1e-5).item()
 
 
 def test_group_members_sample_independently(tiny_model_dir: Path) -> None:  # noqa: F811

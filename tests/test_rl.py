@@ -25,11 +25,11 @@ from mlx.utils import tree_flatten, tree_map
 
 from cli import cli
 from eval.splits import is_held_out
-from llm.format import format_answer, parse_answer, prompt_tokens
+from llm.format import format_answer, parse_answer, prompt_tokens, render_state
 from llm.generation import Completion
 from llm.loading import load_model
 from rl.config import RLConfig, build_config, load_config_file
-from rl.expert_iteration import EISettings, ExpertIteration, passing_answers, truthful_target
+from rl.expert_iteration import EISettings, ExpertIteration, expert_policy, passing_answers, truthful_target
 from rl.grpo import (GrpoLearner, GrpoSettings, adapter_disabled, answer_logprobs, collect_groups,
                      advantages, group_batches, prompt_kv)
 from rl.loop import PhaseOptimizers, RunRequest, run_rl
@@ -41,7 +41,7 @@ from rl.schedule import parse_schedule
 from sft.checkpoint import latest_checkpoint, load_checkpoint
 from sft.cot import check_thought, truthful_answer
 from sft.lora import AdapterSettings, attach_adapter, save_adapter, trainable_weights
-from sft.states import sample_start_states
+from sft.states import StartState, sample_start_states
 from solver.errors import UserError
 from solver.feedback import feedback
 from solver.setup import load_setup
@@ -294,18 +294,59 @@ def test_kept_answers_with_false_thoughts_are_trained_with_the_true_one(setup):
 def test_expert_iteration_trains_on_expert_answers_when_no_sample_passes(lora_model, setup, scorer):
     model, tokenizer = lora_model
     ei = ExpertIteration(model, tokenizer, scorer, setup.solver(),
-                         EISettings(states_per_step=2, samples=2, sft_steps=2, batch_size=2, learning_rate=1e-3),
+                         EISettings(positions="sampled", states_per_step=2, samples=2, sft_steps=2, batch_size=2,
+                                    learning_rate=1e-3),
                          RolloutSettings(max_tokens=8, batch_size=8))
-    starts = sample_start_states(setup, setup.solver(), ["bunny", "crane"], 2, np.random.default_rng(2), 2)
+    starts = sample_start_states(setup, setup.solver(), ["bunny", "crane"], 2, np.random.default_rng(2), 2,
+                                 min_history=1)
     mx.random.seed(2)
-    targets = ei.targets(starts)
+    targets = ei.targets(ei.positions(starts, np.random.default_rng(0)))
     assert targets.expert_states == 2 and len(targets.conversations) == 2
     assert targets.conversations[0][-1]["content"].endswith(f"<guess> {setup.solver().choose(starts[0].state)}</guess>")
     before = weights_of(model)
-    figures = ei.step(starts, seed=0)
+    figures = ei.step(starts, np.random.default_rng(0))
     after = weights_of(model)
     assert figures["expert_fraction"] == 1.0 and math.isfinite(figures["loss"]) and figures["nonfinite_skipped"] == 0
     assert any(not np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_expert_iteration_trains_on_the_positions_its_own_games_reach(lora_model, setup, scorer):
+    """Played positions: after each refused answer the next position names it, and that
+    prompt (with the refusal) is what the target is trained under."""
+    model, tokenizer = lora_model
+    ei = ExpertIteration(model, tokenizer, scorer, setup.solver(),
+                         EISettings(games_per_step=1, samples=2, min_history=1),
+                         RolloutSettings(max_tokens=8, batch_size=8))
+    starts = sample_start_states(setup, setup.solver(), ["bunny"], 1, np.random.default_rng(1), 2, min_history=1)
+    mx.random.seed(1)
+    played = ei.positions(starts, np.random.default_rng(0))
+    assert len(played.games) == 1 and played.games[0].over
+    # The random tiny model never answers in format: three refusals in a row end the game.
+    assert [len(g.rejected) for g in played.groups] == [0, 1, 2]
+    targets = ei.targets(played)
+    assert targets.positions == 3 and targets.expert_states == 3
+    prompts = [c[1]["content"] for c in targets.conversations]
+    assert prompts[0] == render_state(starts[0].state)
+    assert prompts[2] == render_state(starts[0].state, played.groups[2].rejected) != prompts[1]
+    move = setup.solver().choose(starts[0].state)
+    assert all(c[-1]["content"].endswith(f"<guess> {move}</guess>") for c in targets.conversations)
+
+
+def test_candidate_expert_teaches_words_that_fit_the_clues(lora_model, setup, scorer):
+    model, tokenizer = lora_model
+    expert = expert_policy(setup.solver(), EISettings(expert="candidates"))
+    state = setup.start.play("salet", feedback("salet", "bunny"))
+    move = expert.choose(state)
+    answers = setup.lists.secrets("answers")
+    remaining = {answers[i] for i in state.candidates}
+    assert setup.solver().choose(state) == "cornu" and "cornu" not in remaining
+    assert move == "crony" and move in remaining
+    ei = ExpertIteration(model, tokenizer, scorer, expert, EISettings(games_per_step=1, samples=2),
+                         RolloutSettings(max_tokens=8, batch_size=8))
+    start = StartState("bunny", state, ("solver",))
+    mx.random.seed(0)
+    targets = ei.targets(ei.positions([start], np.random.default_rng(0)))
+    assert targets.conversations[0][-1]["content"].endswith("<guess> crony</guess>")
 
 
 def test_expert_iteration_undoes_a_nonfinite_step(lora_model, setup, scorer):
@@ -317,8 +358,8 @@ def test_expert_iteration_undoes_a_nonfinite_step(lora_model, setup, scorer):
                          RolloutSettings(max_tokens=8))
     ei.trainer.optimizer.init(model.trainable_parameters())
     before, step_before = weights_of(model), ei.trainer.steps_done
-    starts = sample_start_states(setup, setup.solver(), ["bunny"], 1, np.random.default_rng(0), 0)
-    figures = ei.step(starts, seed=0)
+    starts = sample_start_states(setup, setup.solver(), ["bunny"], 1, np.random.default_rng(0), 1, min_history=1)
+    figures = ei.step(starts, np.random.default_rng(0))
     after = weights_of(model)
     assert figures["nonfinite_skipped"] == 1
     assert all(np.array_equal(before[k], after[k], equal_nan=True) for k in before)
