@@ -92,6 +92,15 @@ def read_jsonl(path: str | os.PathLike, what: str) -> list[tuple[int, str]]:
 # -- writing -------------------------------------------------------------------------
 
 def _umask() -> int:
+    """The process's umask, read without changing it where Linux allows (setting it, even for an
+    instant, would give files another thread creates meanwhile the wrong mode)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
     umask = os.umask(0)
     os.umask(umask)
     return umask
