@@ -7,7 +7,7 @@ import click
 from eval.splits import SPLITS
 from llm.options import model_options
 from solver.errors import UserError
-from solver.options import json_option, solver_options, word_list_options
+from solver.options import json_option, seed_option, solver_options, word_list_options
 
 
 @click.command("eval")
@@ -19,7 +19,7 @@ from solver.options import json_option, solver_options, word_list_options
                    "checkpoints by, the rest of them (test), or the whole list "
                    "(default: all for the solver, heldout for a model).")
 @click.option("--games", type=click.IntRange(1), default=None, help="Play N secrets sampled with --seed.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@seed_option
 @solver_options
 @json_option
 @click.option("--compare", nargs=2, type=click.Path(dir_okay=False), default=None,

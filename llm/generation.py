@@ -17,10 +17,13 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.sample_utils import make_sampler
 
 STOP_TEXT = "</guess>"
+MAX_TEMPERATURE = 10.0
 
 
 @dataclass(frozen=True)
 class SamplingSettings:
+    """How answers are sampled; temperature 0 is greedy, and past MAX_TEMPERATURE it is noise."""
+
     temperature: float = 0.7
     top_p: float = 1.0
     max_tokens: int = 160  # the longest solver answer is ~130 tokens; a cut answer counts as malformed

@@ -34,8 +34,6 @@ def load_model(
     from mlx_lm.utils import dequantize_model, load
 
     path = resolve_model(spec)
-    if not (path / "config.json").is_file():
-        raise UserError(f"{path} is not a model folder: it has no config.json")
     try:
         model, tokenizer = load(str(path))
     except _LOAD_ERRORS as err:
@@ -65,11 +63,12 @@ def resolve_model(spec: str) -> Path:
 
         return default_model_path()
     path = Path(spec).expanduser()
-    if path.is_dir():
-        return path
-    if path.exists():
+    if path.exists() and not path.is_dir():
         raise UserError(f"--model {spec}: expected a model folder, got a file")
-    return _hub_snapshot(spec)
+    path = path if path.is_dir() else _hub_snapshot(spec)
+    if not (path / "config.json").is_file():
+        raise UserError(f"{path} is not a model folder: it has no config.json")
+    return path
 
 
 def _hub_snapshot(repo_id: str) -> Path:

@@ -6,7 +6,8 @@ from typing import Callable
 
 import click
 
-from llm.generation import SamplingSettings
+from llm.generation import MAX_TEMPERATURE, SamplingSettings
+from solver.options import FiniteFloat
 
 DEFAULTS = SamplingSettings()
 
@@ -17,8 +18,9 @@ def model_options(f: Callable) -> Callable:
                                                     "(SmolLM2-135M-Instruct, embedded)."),
         click.option("--adapter", type=click.Path(file_okay=False), default=None,
                      help="LoRA adapter folder (as mlx-lm writes it) to apply."),
-        click.option("--temperature", type=click.FloatRange(0.0), default=DEFAULTS.temperature, show_default=True),
-        click.option("--top-p", type=click.FloatRange(0.0, 1.0, min_open=True), default=DEFAULTS.top_p,
+        click.option("--temperature", type=FiniteFloat(0.0, MAX_TEMPERATURE), default=DEFAULTS.temperature,
+                     show_default=True),
+        click.option("--top-p", type=FiniteFloat(0.0, 1.0, min_open=True), default=DEFAULTS.top_p,
                      show_default=True),
         click.option("--max-tokens", type=click.IntRange(8), default=DEFAULTS.max_tokens, show_default=True,
                      help="Longest answer generated per guess."),

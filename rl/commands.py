@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from solver.errors import UserError
-from solver.options import json_option
+from solver.options import json_option, writable_file, writable_folder
 
 HELD_OUT_KEYS = ("heldout_", "best_")  # shown by heldout_table, not summary_table
 # Flags that override one config key each (None = not given, the config decides).
@@ -27,7 +27,8 @@ OVERRIDES = {
 @click.option("--adapter", type=click.Path(file_okay=False), default=None,
               help="LoRA adapter to start from (an SFT run's RUN/adapter); it is also the KL reference. "
                    "Default: none (a fresh adapter on the base model).")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Run folder to write.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), callback=writable_folder,
+              help="Run folder to write.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="JSON or YAML file with any of the settings (see rl/config.py); flags override it.")
 @click.option("--schedule", default=None, help='Phases in turn, e.g. "grpo:4,ei:1".')
@@ -125,7 +126,7 @@ def heldout_table(summary: dict):
 @click.command("report")
 @click.argument("run", type=click.Path(file_okay=False))
 @json_option
-@click.option("--png", type=click.Path(dir_okay=False), default=None,
+@click.option("--png", type=click.Path(dir_okay=False), default=None, callback=writable_file,
               help="Also draw the curves into this PNG (needs matplotlib).")
 def report_command(run, json_path, png) -> None:
     """Curves of an RL run (cumulative wins, reward, win rate, held-out evals) or an SFT run's."""

@@ -9,12 +9,12 @@ schedule string is a one-line `UserError` naming the key, before anything loads.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llm.generation import MAX_TEMPERATURE
 from rl.expert_iteration import EXPERTS, POSITIONS, EISettings
 from rl.grpo import ADVANTAGE_SCALES, GrpoSettings
 from rl.reward import MAX_WEIGHT, RewardWeights
@@ -22,6 +22,8 @@ from rl.rollout import CHOICES, RolloutSettings
 from rl.schedule import Schedule, parse_schedule
 from sft.lora import AdapterSettings
 from solver.errors import UserError
+from solver.fileio import parse_json, read_text
+from solver.options import MAX_SEED
 
 SECRET_KINDS = ("answers", "allowed")
 
@@ -53,10 +55,10 @@ class RLConfig:
 # Allowed ranges, inclusive; "(" marks an open lower end. Keys not listed only need the right type.
 _INF = math.inf
 RANGES: dict[str, tuple[float, float] | tuple[float, float, str]] = {
-    "steps": (1, 10_000_000), "seed": (0, 2**63 - 1), "checkpoint_every": (1, 10_000_000),
+    "steps": (1, 10_000_000), "seed": (0, MAX_SEED), "checkpoint_every": (1, 10_000_000),
     "keep_checkpoints": (1, 1000), "eval_every": (0, 10_000_000), "eval_games": (1, 100_000),
     **{f"reward.{f.name}": (0.0, MAX_WEIGHT) for f in dataclasses.fields(RewardWeights)},
-    "rollout.group_size": (2, 256), "rollout.games_per_round": (1, 4096), "rollout.temperature": (0.0, 10.0, "("),
+    "rollout.group_size": (2, 256), "rollout.games_per_round": (1, 4096), "rollout.temperature": (0.0, MAX_TEMPERATURE, "("),
     "rollout.top_p": (0.0, 1.0, "("), "rollout.max_tokens": (8, 4096), "rollout.batch_size": (1, 4096),
     "rollout.max_history": (0, 5), "rollout.off_policy": (0.0, 1.0),
     "grpo.learning_rate": (0.0, 1.0, "("), "grpo.warmup_steps": (0, 100_000), "grpo.tie_threshold": (0.0, MAX_WEIGHT),
@@ -77,15 +79,13 @@ def load_config_file(path: str | Path) -> dict:
     import yaml
 
     path = Path(path)
+    text = read_text(path, "config")
+    if path.suffix.lower() == ".json":
+        return parse_json(text, f"config {path}")
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise UserError(f"cannot read config {path}: {err.strerror or err}") from err
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise UserError(f"config {path} is not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: "
-                        f"{' '.join(str(err).split())[:200]}") from err
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise UserError(f"config {path} is not valid YAML: {' '.join(str(err).split())[:200]}") from err
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -15,7 +15,6 @@ pipeline's RL stage is about 10.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,8 +26,9 @@ from rich.table import Table
 from eval.report import FIGURES
 from llm import distributed
 from llm.generation import SamplingSettings
+from sft.gen_data import MAX_GAMES
 from solver.errors import UserError
-from solver.fileio import atomic_write_json
+from solver.fileio import atomic_write_json, read_json
 
 STAGES_FILE = "stages.json"
 MODELS = ("base", "sft", "rl")
@@ -58,6 +58,8 @@ class PipelineSettings:
     max_tokens: int = 160  # the longest solver answer is ~130 tokens
 
     def check(self) -> None:
+        if self.sft_games > MAX_GAMES:
+            raise UserError(f"--sft-games must be at most {MAX_GAMES:,}, got {self.sft_games}")
         for name in ("sft_games", "sft_iters", "rl_steps", "group_size", "rl_games", "rl_eval_games", "ei_sft_steps",
                      "grpo_groups", "eval_games", "max_tokens"):
             if getattr(self, name) <= 0:
@@ -75,13 +77,14 @@ class Stages:
         self.path = out / STAGES_FILE
         self.done: dict[str, dict] = {}
         if self.path.exists():
-            try:
-                saved = json.loads(self.path.read_text())
-            except json.JSONDecodeError as err:
-                raise UserError(f"{self.path} is corrupt ({err}); remove it to start over") from None
+            saved = read_json(self.path, "pipeline record")
             if saved.get("settings") != asdict(settings):
                 raise UserError(f"{out} holds a pipeline run with other settings; use another --out")
-            self.done = saved.get("stages", {})
+            stages = saved.get("stages", {})
+            if not isinstance(stages, dict) or not all(isinstance(s, dict) for s in stages.values()):
+                raise UserError(f"{self.path} is corrupt (stages must map each stage to its summary); "
+                                "remove it to start over")
+            self.done = stages
         self.settings = settings
 
     def run(self, name: str, stage: Callable[[], dict]) -> dict:
@@ -105,6 +108,7 @@ def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = Tr
 
 def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) -> dict:
     from eval.run import ModelSpec, run_eval
+    from llm.loading import resolve_model
     from rl.config import build_config
     from rl.loop import RunRequest, run_rl
     from sft.checkpoint import latest_checkpoint
@@ -112,23 +116,13 @@ def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) ->
     from sft.run import SFTConfig, run_sft
     from solver.policy import SolverSettings
 
-    stages = Stages(out, settings)
-    console = Console()
+    # Every setting of every stage, and the model, are checked before the first stage runs
+    # (settings.check() ran before the lock): a bad --group-size must not cost a gen-sft and an SFT run.
     data, sft_dir, rl_dir = out / "data", out / "sft", out / "rl"
-
-    console.rule("1/4 gen-sft: solver games with chain-of-thought")
-    stages.run("gen-sft", lambda: generate_dataset(
-        data, settings.sft_games, "answers", None, None, SolverSettings(), settings.max_history, 0.5,
-        settings.seed, settings.model, show_progress))
-
-    console.rule("2/4 sft: LoRA on the solver's answers")
     sft_config = SFTConfig(model=settings.model, data=str(data), out=str(sft_dir), iters=settings.sft_iters,
                            learning_rate=settings.sft_lr, eval_every=settings.sft_iters, eval_games=0,
                            save_every=max(1, settings.sft_iters // 4), seed=settings.seed)
-    stages.run("sft", lambda: run_sft(sft_config, resume=latest_checkpoint(sft_dir) is not None,
-                                      show_progress=show_progress))
-
-    console.rule("3/4 rl: GRPO alternating with filtered expert iteration")
+    sft_config.check()
     rl_config = build_config({}, {"steps": settings.rl_steps, "schedule": settings.rl_schedule,
                                   "seed": settings.seed, "rollout.group_size": settings.group_size,
                                   "rollout.games_per_round": settings.rl_games,
@@ -138,6 +132,21 @@ def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) ->
                                   "grpo.learning_rate": settings.grpo_lr, "grpo.groups_per_step": settings.grpo_groups,
                                   "grpo.max_rollouts": 1},
                              "pipeline")
+    stages = Stages(out, settings)  # reads an earlier run's record, if any: other settings are refused here
+    resolve_model(settings.model)
+    out.mkdir(parents=True, exist_ok=True)
+    console = Console()
+
+    console.rule("1/4 gen-sft: solver games with chain-of-thought")
+    stages.run("gen-sft", lambda: generate_dataset(
+        data, settings.sft_games, "answers", None, None, SolverSettings(), settings.max_history, 0.5,
+        settings.seed, settings.model, show_progress))
+
+    console.rule("2/4 sft: LoRA on the solver's answers")
+    stages.run("sft", lambda: run_sft(sft_config, resume=latest_checkpoint(sft_dir) is not None,
+                                      show_progress=show_progress))
+
+    console.rule("3/4 rl: GRPO alternating with filtered expert iteration")
     rl = stages.run("rl", lambda: run_rl(RunRequest(settings.model, str(sft_dir / "adapter"), rl_dir, rl_config,
                                                     resume=latest_checkpoint(rl_dir) is not None,
                                                     show_progress=show_progress)))

@@ -7,15 +7,15 @@ from pathlib import Path
 import click
 
 from rl.pipeline import PipelineSettings
-from solver.options import json_option
+from solver.options import json_option, seed_option, writable_folder
 
 DEFAULT = PipelineSettings()
 
 @click.command("pipeline")
-@click.option("--out", required=True, type=click.Path(file_okay=False),
+@click.option("--out", required=True, type=click.Path(file_okay=False), callback=writable_folder,
               help="Run folder; run the same command again to resume an interrupted pipeline.")
 @click.option("--model", default=DEFAULT.model, show_default=True, help="Base model (mlx-lm folder, HF id, 'default').")
-@click.option("--seed", type=int, default=DEFAULT.seed, show_default=True)
+@seed_option
 @click.option("--sft-games", type=int, default=DEFAULT.sft_games, show_default=True, help="Solver games for SFT data.")
 @click.option("--sft-iters", type=int, default=DEFAULT.sft_iters, show_default=True, help="LoRA SFT steps.")
 @click.option("--rl-steps", type=int, default=DEFAULT.rl_steps, show_default=True, help="RL steps (GRPO and expert iteration).")

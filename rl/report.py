@@ -16,6 +16,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from eval.report import is_number
 from rl.heldout import PREFIX, is_training_step
 from sft.run import MetricsLog
 from solver.errors import UserError
@@ -93,6 +94,10 @@ def load_metrics(run: str | Path) -> list[dict]:
     records = [r for r in MetricsLog(path).records() if isinstance(r, dict) and "step" in r]
     if not records:
         raise UserError(f"{path} holds no steps yet")
+    for record in records:
+        if not is_number(record["step"], integer=True) or not isinstance(record.get("phase", ""), str):
+            raise UserError(f"{path}: a record's step must be a whole number and its phase a name, got "
+                            f"step {record['step']!r}, phase {record.get('phase')!r}")
     return records
 
 
@@ -110,7 +115,7 @@ def curves(records: list[dict]) -> dict[str, dict[str, list]]:
     grpo = [r for r in steps if r["phase"] == "grpo" and r.get("games")]
     wins, cumulative = 0, []
     for r in grpo:
-        wins += r["wins"]
+        wins += number(r, "wins")
         cumulative.append(wins)
     return {
         "cumulative_wins": {"step": [r["step"] for r in grpo], "value": cumulative},
@@ -122,8 +127,16 @@ def curves(records: list[dict]) -> dict[str, dict[str, list]]:
 
 def series(records: list[dict], key: str) -> dict[str, list]:
     """`key` against step, leaving out records where it is missing or undefined (no wins: no mean guesses)."""
-    points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+    points = [(r["step"], number(r, key)) for r in records if r.get(key) is not None]
     return {"step": [step for step, _ in points], "value": [value for _, value in points]}
+
+
+def number(record: dict, key: str) -> float:
+    """`record[key]`, which a curve draws: a number, or a one-line error naming the step."""
+    value = record[key]
+    if not is_number(value):
+        raise UserError(f"metrics.jsonl, step {record['step']}: {key} must be a number, got {value!r}")
+    return value
 
 
 def heldout_curves(records: list[dict], prefix: str) -> dict[str, dict[str, list]]:

@@ -41,7 +41,7 @@ from mlx.utils import tree_flatten
 
 from sft.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, trainable_weights, write_adapter
 from solver.errors import UserError
-from solver.fileio import atomic_replace_dir, atomic_write_text
+from solver.fileio import atomic_replace_dir, atomic_write_text, read_text
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
@@ -85,7 +85,7 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     pointer = Path(run_dir) / LATEST
     if not pointer.is_file():
         return None
-    return Path(run_dir) / CHECKPOINTS / pointer.read_text().strip()
+    return Path(run_dir) / CHECKPOINTS / read_text(pointer, "checkpoint pointer").strip()
 
 
 def load_checkpoint(run_dir: str | Path, model: nn.Module, optimizer: optim.Optimizer) -> Checkpoint:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from solver.options import json_option
+from solver.options import json_option, seed_option, writable_folder
 
 
 @click.command("sft")
@@ -12,7 +12,7 @@ from solver.options import json_option
               help="Base model: mlx-lm folder, Hugging Face id, or 'default' (SmolLM2-135M-Instruct, embedded).")
 @click.option("--data", required=True, type=click.Path(), help="Folder with train.jsonl (+ valid/test.jsonl), "
                                                               "as gen-sft writes it.")
-@click.option("--out", required=True, type=click.Path(file_okay=False),
+@click.option("--out", required=True, type=click.Path(file_okay=False), callback=writable_folder,
               help="Run folder: checkpoints/, metrics.jsonl, adapter/ (and fused/).")
 @click.option("--adapter", type=click.Path(), default=None,
               help="Start from this adapter (its rank and type replace --rank/--full).")
@@ -32,7 +32,7 @@ from solver.options import json_option
               help="Validation loss and a few held-out games every K steps.")
 @click.option("--eval-games", type=int, default=8, show_default=True, help="Held-out games per eval (0: none).")
 @click.option("--save-every", type=int, default=100, show_default=True, help="Checkpoint every K steps.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@seed_option
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @json_option
 def sft(model, data, out, adapter, iters, rank, learning_rate, warmup, batch_size, max_seq_len, full, resume, fuse,

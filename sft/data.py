@@ -12,13 +12,13 @@ its list of training secrets must not touch eval's held-out split.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlx_lm.tuner.datasets import ChatDataset
 
 from solver.errors import UserError
+from solver.fileio import parse_json, read_json, read_jsonl
 
 Conversation = list[dict[str, str]]
 # mlx-lm's tokenized example: (token ids of the whole chat, number of prompt tokens).
@@ -58,11 +58,11 @@ def check_no_held_out_secrets(folder: Path) -> None:
     path = folder / "manifest.json"
     if not path.is_file():
         return
-    try:
-        secrets = json.loads(path.read_text(encoding="utf-8")).get("secrets", {})
-    except (json.JSONDecodeError, AttributeError) as err:
-        raise UserError(f"{path} is not a gen-sft manifest ({err})") from err
-    leaked = held_out(secrets.get("train", []))
+    secrets = read_json(path, "gen-sft manifest").get("secrets", {})
+    train = secrets.get("train", []) if isinstance(secrets, dict) else None
+    if not isinstance(train, list) or not all(isinstance(word, str) for word in train):
+        raise UserError(f"{path} is not a gen-sft manifest: secrets.train must be a list of words")
+    leaked = held_out(train)
     if leaked:
         raise UserError(f"{folder} was made from eval's held-out secrets ({', '.join(leaked[:3])}); "
                         "regenerate it with gen-sft")
@@ -70,19 +70,11 @@ def check_no_held_out_secrets(folder: Path) -> None:
 
 def read_conversations(path: Path) -> list[Conversation]:
     """Every non-blank line of `path` as a checked conversation."""
-    conversations = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if line.strip():
-                conversations.append(parse_line(line, f"{path} line {number}"))
-    return conversations
+    return [parse_line(line, f"{path} line {number}") for number, line in read_jsonl(path, "data file")]
 
 
 def parse_line(line: str, where: str) -> Conversation:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise UserError(f"{where}: not valid JSON ({err.msg})") from err
+    record = parse_json(line, where, kind=None)
     if not isinstance(record, dict) or "messages" not in record:
         raise UserError(f'{where}: expected an object with a "messages" list (mlx-lm chat format)')
     return check_conversation(record["messages"], where)

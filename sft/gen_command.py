@@ -10,27 +10,30 @@ from pathlib import Path
 import click
 from rich.table import Table
 
+from sft.gen_data import MAX_GAMES
 from sft.states import DEFAULT_REJECTED
 from solver.errors import UserError
 from solver.fileio import atomic_replace_dir, atomic_write_json
-from solver.options import json_option, solver_options, word_list_options
+from solver.options import FiniteFloat, json_option, replaced_folder, seed_option, solver_options, word_list_options
 from solver.policy import SolverSettings
 
 
 @click.command("gen-sft")
-@click.option("--out", required=True, type=click.Path(), help="Folder for the dataset (built aside, then swapped in).")
-@click.option("--games", type=click.IntRange(1), default=2000, show_default=True,
-              help="Solver games to play; every solver turn is one example.")
+@click.option("--out", required=True, type=click.Path(), callback=replaced_folder,
+              help="Folder for the dataset (built aside, then swapped in).")
+@click.option("--games", type=click.IntRange(1, MAX_GAMES), default=2000, show_default=True,
+              help=f"Solver games to play; every solver turn is one example (at most {MAX_GAMES:,}: "
+                   "the examples stay in memory until the dataset is written).")
 @word_list_options()
 @solver_options
 @click.option("--max-history", type=click.IntRange(0, 5), default=5, show_default=True,
               help="Most earlier turns a prompt shows; start states get 0..N of them.")
-@click.option("--off-policy", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
+@click.option("--off-policy", type=FiniteFloat(0.0, 1.0), default=0.5, show_default=True,
               help="Chance that an earlier turn is not the solver's (a fitting or a random word).")
-@click.option("--rejected", type=click.FloatRange(0.0, 1.0), default=DEFAULT_REJECTED, show_default=True,
+@click.option("--rejected", type=FiniteFloat(0.0, 1.0), default=DEFAULT_REJECTED, show_default=True,
               help="Share of prompts that also name one or two answers refused at that turn, as eval "
                    "and RL show them after a bad answer.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@seed_option
 @click.option("--model", default=None,
               help="Tokenizer for the token statistics (default: the default model's, if cached).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing non-empty --out.")
@@ -165,5 +168,8 @@ def summary_table(result: dict) -> Table:
 def check_out_dir(out: Path, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a folder")
+    if out.is_dir() and Path.cwd().resolve().is_relative_to(out.resolve()):
+        raise UserError(f"--out {out} is the folder you are in (or holds it); gen-sft replaces its --out whole: "
+                        "name a folder of its own, e.g. --out data")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise UserError(f"--out {out} exists and is not empty; pass --overwrite to replace it")

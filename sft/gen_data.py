@@ -32,6 +32,9 @@ SPLITS = ("train", "valid", "test")
 SHARES_PER_MILLE = {"valid": 50, "test": 50}  # of the trainable secrets, and of the games
 # Used when no tokenizer is at hand: SmolLM2's tokenizer on this format (chat template included).
 CHARS_PER_TOKEN = {"prompt": 3.2, "answer": 2.3}
+# The examples of every game are held in memory until the dataset is written: about 15 kB a game
+# (measured: 2,000 games took 26 MB more than 200), so this bound keeps a run near 1.5 GB.
+MAX_GAMES = 100_000
 
 
 @dataclass(frozen=True)

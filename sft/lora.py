@@ -21,7 +21,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.tuner.utils import linear_to_lora_layers
 
 from solver.errors import UserError
-from solver.fileio import atomic_replace_dir
+from solver.fileio import atomic_replace_dir, read_json
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapters.safetensors"
@@ -72,11 +72,8 @@ def continue_adapter(model: nn.Module, adapter: str | Path) -> dict:
 
 def read_adapter_config(adapter: str | Path) -> dict:
     path = Path(adapter) / ADAPTER_CONFIG
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise UserError(f"cannot read {path}: {err}") from err
-    if not isinstance(config, dict) or "num_layers" not in config:
+    config = read_json(path, "adapter config")
+    if not isinstance(config.get("num_layers"), int):
         raise UserError(f"{path} is not an mlx-lm adapter config (no num_layers)")
     return config
 

@@ -32,8 +32,9 @@ from sft.data import SFTData, check_lengths, load_data_dir, prompt_of
 from sft.lora import AdapterSettings, attach_adapter, continue_adapter, save_adapter
 from sft.trainer import BatchOrder, OptimizerSettings, SFTTrainer, collate
 from solver.errors import UserError
-from solver.fileio import atomic_write_json, atomic_write_text
+from solver.fileio import append_line, atomic_write_json, atomic_write_text, read_text
 
+MAX_STEPS = 10_000_000  # as rl's steps
 VAL_EXAMPLES = 64  # validation loss on at most this many valid.jsonl examples: it runs every --eval-every steps
 FUSE_PROMPTS = 4
 
@@ -62,13 +63,17 @@ class SFTConfig:
 
     def check(self) -> None:
         """One-line errors for values no run can use."""
-        positive = {"--iters": self.iters, "--rank": self.rank, "--batch-size": self.batch_size,
-                    "--eval-every": self.eval_every, "--save-every": self.save_every}
-        for flag, value in positive.items():
+        # (value, most a run can use): mlx's schedules fail on step counts past 64 bits (std::bad_cast)
+        positive = {"--iters": (self.iters, MAX_STEPS), "--rank": (self.rank, 1024),
+                    "--batch-size": (self.batch_size, 4096), "--eval-every": (self.eval_every, None),
+                    "--save-every": (self.save_every, None)}
+        for flag, (value, most) in positive.items():
             if value <= 0:
                 raise UserError(f"{flag} must be a positive integer, got {value}")
-        if not self.learning_rate > 0:
-            raise UserError(f"--lr must be positive, got {self.learning_rate}")
+            if most is not None and value > most:
+                raise UserError(f"{flag} must be at most {most:,}, got {value}")
+        if not 0 < self.learning_rate <= 1:  # also refuses nan and inf, which train to an all-NaN adapter
+            raise UserError(f"--lr must be > 0 and <= 1, got {self.learning_rate}")
         if self.max_seq_len < 32:
             raise UserError(f"--max-seq-len {self.max_seq_len} is too small: a prompt alone is longer")
         if self.eval_games < 0:
@@ -89,15 +94,14 @@ class MetricsLog:
         self.path = path
 
     def append(self, record: dict) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        append_line(self.path, json.dumps(record))
 
     def records(self) -> list[dict]:
         """Every complete line (a kill mid-write leaves at most one broken last line)."""
         if not self.path.is_file():
             return []
         records = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        for line in read_text(self.path, "metrics log").splitlines():
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError:

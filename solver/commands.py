@@ -11,7 +11,7 @@ from solver.options import json_option, solver_options, word_list_options
 @click.command()
 @click.option("--word", default=None, help="Secret for the solver to play against.")
 @click.option("--history", default=None,
-              help='Feedback so far, e.g. "salet:20100,crony:00120" (or gybbb letters): prints the next guess.')
+              help='Feedback so far, e.g. "salet:20100,crony:10200" (or gybbb letters): prints the next guess.')
 @word_list_options()
 @solver_options
 @json_option

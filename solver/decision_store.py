@@ -45,18 +45,35 @@ def load(solver: EntropySolver, path: Path) -> int:
             arrays = {key: stored[key] for key in stored.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError):
         return 0
-    loaded = 0
-    for table_name, table in solver.memo_tables().items():
+    tables = {}
+    for table_name in solver.memo_tables():
         try:
             blob, ends = arrays[f"{table_name}_keys"].tobytes(), arrays[f"{table_name}_ends"]
             rows, costs = arrays[f"{table_name}_rows"], arrays[f"{table_name}_costs"]
         except KeyError:
             return 0
+        if not _consistent(blob, ends, rows, costs, len(solver.lists.allowed)):
+            return 0  # another program's file, or edited: a wrong row would be a wrong move
+        tables[table_name] = blob, ends, rows, costs
+    loaded = 0
+    for table_name, table in solver.memo_tables().items():
+        blob, ends, rows, costs = tables[table_name]
         starts = np.concatenate([[0], ends[:-1]])
         for start, end, row, cost in zip(starts.tolist(), ends.tolist(), rows.tolist(), costs.tolist()):
             table.setdefault(blob[start:end], Decision(row, cost))
         loaded += len(rows)
     return loaded
+
+
+def _consistent(blob: bytes, ends: np.ndarray, rows: np.ndarray, costs: np.ndarray, guesses: int) -> bool:
+    """The arrays of one table describe decisions: keys that tile the blob, guesses that exist."""
+    if not (ends.ndim == rows.ndim == costs.ndim == 1 and len(ends) == len(rows) == len(costs)):
+        return False
+    if not (np.issubdtype(ends.dtype, np.integer) and np.issubdtype(rows.dtype, np.integer)):
+        return False
+    if len(ends) and (ends[0] < 0 or np.any(np.diff(ends) < 0) or ends[-1] != len(blob)):
+        return False
+    return bool(np.all((rows >= 0) & (rows < guesses)))
 
 
 def save(solver: EntropySolver, path: Path) -> None:

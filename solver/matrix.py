@@ -7,13 +7,12 @@ once per pair of lists, in parallel numba, and loaded from the cache afterwards.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 from numba import njit, prange
 
+from solver.cache_files import load_array, save_array
 from solver.feedback import feedback_code
-from solver.fileio import atomic_write, cache_dir
+from solver.fileio import cache_dir
 from solver.words import WordLists
 
 
@@ -29,21 +28,25 @@ def build_pattern_matrix(guesses: np.ndarray, secrets: np.ndarray) -> np.ndarray
     return out
 
 
+MATRIX_FORMAT = 2  # part of every matrix cache's inputs: bump when the encoding of patterns changes
+
+
 def matrix_path(lists: WordLists, secrets: str) -> str:
-    return str(cache_dir() / f"patterns-{lists.fingerprint}-{secrets}.npy")
+    return str(cache_dir() / f"patterns-{lists.fingerprint}-{secrets}.npz")
 
 
 def pattern_matrix(lists: WordLists, secrets: str = "answers") -> np.ndarray:
-    """(len(allowed), len(secrets)) uint8 matrix; built and cached on first use."""
+    """(len(allowed), len(secrets)) uint8 matrix; built and cached on first use.
+
+    The cache file carries a digest of the word lists and of its bytes: a damaged or
+    foreign one (empty, another dtype, the right shape with other numbers) is rebuilt.
+    """
     path = matrix_path(lists, secrets)
-    if os.path.exists(path):
-        try:
-            matrix = np.load(path)
-            if matrix.shape == (len(lists.allowed), len(lists.secrets(secrets))):
-                return matrix
-        except (OSError, ValueError):
-            pass  # a damaged cache file is rebuilt below
-    secret_codes = lists.answer_codes if secrets == "answers" else lists.allowed_codes
-    matrix = build_pattern_matrix(lists.allowed_codes, secret_codes)
-    atomic_write(path, lambda tmp: np.save(open(tmp, "wb"), matrix))
+    inputs = f"patterns v{MATRIX_FORMAT} {lists.fingerprint} {secrets}"
+    shape = (len(lists.allowed), len(lists.secrets(secrets)))
+    matrix = load_array(path, inputs, shape, np.dtype(np.uint8))
+    if matrix is None:
+        secret_codes = lists.answer_codes if secrets == "answers" else lists.allowed_codes
+        matrix = build_pattern_matrix(lists.allowed_codes, secret_codes)
+        save_array(path, matrix, inputs)
     return matrix

@@ -13,15 +13,15 @@ as walking the decision tree once.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
+from solver.cache_files import load_entry, save_entry
 from solver.entropy import ROW_WISE_FROM, score_guesses
 from solver.entropy_bound import EntropyBound
-from solver.fileio import atomic_write_json, cache_dir
+from solver.fileio import cache_dir
 from solver.feedback import WIN
 from solver.lookahead import FAIL_PENALTY, LOSS_LINE, distinct_splits, lookahead_costs
 from solver.opener import OPENER_VERSION, best_opener, opener_shortlist_size
@@ -33,6 +33,7 @@ ENDGAME_TURNS = 3  # from here on even greedy looks ahead, to avoid running out 
 VERIFY_FROM = 5  # with this many guesses left the lookahead's leaves are estimates: verify
 VERIFY_MAX = 3  # rival guesses re-scored by playing on
 WIDE_VERIFY_MAX = 30  # the same, when every shortlisted guess risks a loss
+OPENERS_FILE = "openers.json"  # first guesses, keyed by word lists, secret list and settings
 RISK_SPLITTERS = 30  # rivals tried far from the end when every checked guess risks a loss
 
 
@@ -116,15 +117,15 @@ class EntropySolver:
         return self._opener
 
     def _stored_opener(self) -> str:
-        path = cache_dir() / "openers.json"
+        path = cache_dir() / OPENERS_FILE
         key = f"{self.lists.fingerprint}-{self.secret_kind}-{self.settings.label}-v{OPENER_VERSION}"
-        known = json.loads(path.read_text()) if path.exists() else {}
-        if key not in known:
+        opener = load_entry(path, key)
+        if not (isinstance(opener, str) and self.lists.is_allowed(opener)):  # missing, or damaged: recompute
             root = self._root()
             shortlist = [s.word for s in self.rank(root, opener_shortlist_size(len(root.candidates)))]
-            known[key] = best_opener(self.choose, root, shortlist)
-            atomic_write_json(path, known)
-        return known[key]
+            opener = best_opener(self.choose, root, shortlist)
+            save_entry(path, key, opener)
+        return opener
 
     def load_kernels(self) -> None:
         """Decide a few positions with a throwaway solver of the same settings, so that the

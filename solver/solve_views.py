@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from solver.display import tiles
@@ -53,7 +56,7 @@ def play_secret(setup: Setup, settings: SolverSettings, word: str, json_path: st
 
 
 def parse_history(text: str) -> list[tuple[str, int]]:
-    """'salet:20100,crony:00120' -> [('salet', code), ('crony', code)]."""
+    """'salet:20100,crony:10200' -> [('salet', code), ('crony', code)]."""
     history = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         guess, sep, feedback = item.partition(":")
@@ -73,33 +76,56 @@ def advise(setup: Setup, settings: SolverSettings, history_text: str, json_path:
         atomic_write_json(json_path, advice)
 
 
+QUIT_WORDS = ("q", "quit", "exit")
+
+
 def assist_interactively(setup: Setup, settings: SolverSettings) -> None:
+    """Advise, read the feedback the user got, advise again, until the game is over or the input ends.
+
+    A blank line asks again; a mistake is echoed (the user's text as typed, never read as
+    markup) and the game goes on.
+    """
+    if sys.stdin is None or sys.stdin.closed:
+        raise UserError("standard input is closed: type the feedback at the prompt, or use --history")
     console = Console()
     solver = setup.solver(settings)
     state = setup.start
     console.print("Type the feedback you got, e.g. [bold]salet 20100[/] or [bold]salet gybbb[/] "
                   "(just [bold]20100[/] if you played the suggestion); [bold]q[/] quits.")
-    while True:
+    advice = _advice(solver, state)
+    _show_advice(console, state, advice)
+    while not state.over:
+        line = _read_line(console)
+        if line is None or line.lower() in QUIT_WORDS:
+            return
+        if not line:
+            continue
+        try:
+            state = _after_line(setup, state, advice["next_guess"], line)
+        except UserError as err:
+            console.print(f"[red]error:[/] {escape(str(err))}")
+            continue
         advice = _advice(solver, state)
         _show_advice(console, state, advice)
-        if state.over:
-            return
-        try:
-            line = console.input("[bold]feedback> [/]").strip()
-        except EOFError:
-            return
-        if line.lower() in ("q", "quit", "exit"):
-            return
-        parts = line.split()
-        guess, feedback = (advice["next_guess"], parts[0]) if len(parts) == 1 else (parts[0].lower(), parts[-1])
-        try:
-            if len(parts) not in (1, 2):
-                raise UserError("type a guess and its feedback, like: salet 20100")
-            state = state_from_history(setup.lists, setup.matrix,
-                                       [(t.guess, t.pattern) for t in state.turns] + [(guess, parse_pattern(feedback))],
-                                       setup.secret_kind)
-        except UserError as err:
-            console.print(f"[red]error:[/] {err}")
+
+
+def _read_line(console: Console) -> str | None:
+    """The next line typed, stripped; None when the input has ended."""
+    try:
+        return console.input("[bold]feedback> [/]").strip()
+    except (EOFError, KeyboardInterrupt):
+        console.print()  # end the prompt's line
+        return None
+
+
+def _after_line(setup: Setup, state: GameState, suggested: str, line: str) -> GameState:
+    """The game after the turn `line` reports: 'salet 20100', or '20100' for the suggested guess."""
+    parts = line.split()
+    if len(parts) not in (1, 2):
+        raise UserError("type a guess and its feedback, like: salet 20100")
+    guess, feedback = (suggested, parts[0]) if len(parts) == 1 else (parts[0].lower(), parts[1])
+    turns = [(t.guess, t.pattern) for t in state.turns] + [(guess, parse_pattern(feedback))]
+    return state_from_history(setup.lists, setup.matrix, turns, setup.secret_kind)
 
 
 def _advice(solver: EntropySolver, state: GameState) -> dict:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from solver.errors import UserError
+from solver.fileio import read_text
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DEFAULT_ANSWERS = DATA_DIR / "answers.txt"
@@ -38,10 +39,7 @@ def decode(codes: np.ndarray) -> str:
 def read_word_file(path: str | Path) -> list[str]:
     """Read one word per line; lowercase, dedupe, sort. Bad lines name file and line."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"cannot read word list {path}: {err.strerror if isinstance(err, OSError) else err}")
+    text = read_text(path, "word list")
     words = set()
     for number, line in enumerate(text.splitlines(), start=1):
         word = line.strip().lower()

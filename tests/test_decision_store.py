@@ -58,3 +58,25 @@ def test_store_is_per_settings_lists_and_code(small_lists_files, monkeypatch):
     before = decision_store.store_path(greedy)
     monkeypatch.setattr(decision_store, "_DECIDING_MODULES", ("policy.py", "entropy.py"))
     assert decision_store.store_path(greedy) != before  # other code, other file
+
+
+def test_a_store_naming_guesses_that_do_not_exist_is_empty(tmp_path, small_lists_files):
+    """A store of the right layout with rows past the list (another list's file, an edit) is not
+    replayed: it would play a word that is not there, or crash."""
+    setup = load_setup("answers", str(small_lists_files[0]), str(small_lists_files[1]))
+    first = setup.solver(SolverSettings())
+    _play_all(first, setup)
+    path = tmp_path / "decisions.npz"
+    decision_store.save(first, path)
+    with np.load(path) as stored:
+        arrays = {key: stored[key] for key in stored.files}
+    arrays["played_rows"] = arrays["played_rows"] + len(setup.lists.allowed)
+    np.savez(tmp_path / "foreign.npz", **arrays)
+    arrays["played_rows"] -= len(setup.lists.allowed)
+    arrays["played_ends"] = arrays["played_ends"][::-1].copy()
+    np.savez(tmp_path / "shuffled.npz", **arrays)
+    for name in ("foreign.npz", "shuffled.npz"):
+        second = setup.solver(SolverSettings())
+        assert decision_store.load(second, tmp_path / name) == 0
+        assert all(len(table) == 0 for table in second.memo_tables().values())
+    assert decision_store.load(setup.solver(SolverSettings()), path) > 0

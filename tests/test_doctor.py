@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from cli import cli
 from llm.blas import find_mkl
 from llm.commands import doctor
-from solver.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
 FIELDS = {
@@ -28,6 +28,7 @@ FIELDS = {
     "matmul_fp32_1024_gflops",
     "default_model_cached",
     "default_model_path",
+    "default_model_problem",
 }
 needs_mkl = pytest.mark.skipif(
     sys.platform != "linux" or platform.machine() != "x86_64" or find_mkl() is None,
@@ -45,7 +46,7 @@ def test_doctor_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert info["matmul_fp32_1024_gflops"] > 0
     assert info["python"] == platform.python_version()
     assert info["device"] in ("cpu", "gpu")
-    assert info["default_model_cached"] is False
+    assert info["default_model_cached"] is False and info["default_model_problem"] == "not converted yet"
     assert info["default_model_path"] == str(
         tmp_path / "cache" / "models" / "smollm2-135m-instruct-f32"
     )
@@ -102,6 +103,7 @@ def test_no_reexec_when_argv_cannot_restart_the_program(tmp_path: Path) -> None:
 def test_doctor_json_unwritable_is_a_user_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    result = CliRunner().invoke(doctor, ["--json", str(blocker / "doctor.json")])
-    assert isinstance(result.exception, UserError)
-    assert str(result.exception).startswith(f"cannot write {blocker / 'doctor.json'}: ")
+    result = CliRunner().invoke(cli, ["doctor", "--json", str(blocker / "doctor.json")])
+    assert result.exit_code == 2  # refused before the matmul benchmark runs
+    assert result.stderr.strip() == (f"error: Invalid value for '--json': cannot write {blocker / 'doctor.json'}: "
+                                     f"{blocker} is not a folder")

@@ -60,7 +60,7 @@ def test_matrix_matches_reference_sample():
 def test_matrix_cache_roundtrip_and_repair(isolated_cache):
     lists = default_word_lists()
     first = pattern_matrix(lists, "answers")
-    files = list(isolated_cache.glob(f"patterns-{lists.fingerprint}-answers.npy"))
+    files = list(isolated_cache.glob(f"patterns-{lists.fingerprint}-answers.npz"))
     assert len(files) == 1
     files[0].write_bytes(b"garbage")  # a damaged cache is rebuilt, not trusted
     again = pattern_matrix(lists, "answers")

@@ -374,8 +374,8 @@ def test_bad_jsonl(tmp_path: Path, content: str, message: str) -> None:
 
 @pytest.mark.parametrize("flags, message", [
     (["--rank", "0"], "--rank must be a positive integer, got 0"),
-    (["--lr", "0"], "--lr must be positive, got 0.0"),
-    (["--lr", "-1e-4"], "--lr must be positive"),
+    (["--lr", "0"], "--lr must be > 0 and <= 1, got 0.0"),
+    (["--lr", "-1e-4"], "--lr must be > 0 and <= 1"),
     (["--iters", "0"], "--iters must be a positive integer, got 0"),
     (["--batch-size", "0"], "--batch-size must be a positive integer, got 0"),
     (["--max-seq-len", "8"], "--max-seq-len 8 is too small"),

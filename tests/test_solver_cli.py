@@ -1,4 +1,7 @@
 import json
+import os
+import shlex
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -89,3 +92,40 @@ def test_eval_compare_rejects_non_results(tmp_path):
     bad.write_text("{}")
     result = run("eval", "--compare", str(bad), str(bad))
     assert result.exit_code == 2 and "not an eval result" in result.output
+
+
+def test_interactive_assistant_survives_blank_lines_and_markup():
+    typed = "\n   \nsalet [/]\n[red]x[/red] 20100\nsalet 20100 extra\nsalet 20100\nq\n"
+    result = run("solve", input=typed)
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    assert "feedback '[/]' must have 5 tiles" in result.output  # the user's text, not read as markup
+    assert "'[red]x[/red]' has 12 letters" in result.output
+    assert "type a guess and its feedback" in result.output
+    assert result.output.count("Next guess:") == 2  # the opening advice, then after salet 20100
+
+
+def test_interactive_assistant_ends_at_end_of_input():
+    result = run("solve", input="salet 20100\n")
+    assert result.exit_code == 0, result.output
+    assert result.output.count("Next guess:") == 2 and result.output.endswith("\n")
+
+
+def test_interactive_assistant_with_closed_stdin_is_one_line():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "cli.py", "solve"], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, cwd=Path(__file__).parent.parent, preexec_fn=lambda: os.close(0))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == "error: standard input is closed: type the feedback at the prompt, or use --history"
+
+
+def test_readme_history_example_runs():
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    line = next(row for row in readme.splitlines() if "solve --history" in row)
+    command = shlex.split(line.split("`")[1])
+    assert command[:3] == ["python", "cli.py", "solve"]
+    result = run(*command[2:])
+    assert result.exit_code == 0, result.output
+    assert "2 word(s) remain: scold, scowl" in result.output and "Next guess:" in result.output

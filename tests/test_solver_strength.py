@@ -151,7 +151,7 @@ def test_opener_is_computed_once_and_cached(small_setup, monkeypatch):
     settings = SolverSettings(lookahead=True, top_k=5)
     first = EntropySolver(small_setup.start, settings).opener()
     key = f"{small_setup.lists.fingerprint}-answers-{settings.label}-v{OPENER_VERSION}"
-    assert json.loads((cache_dir() / "openers.json").read_text())[key] == first
+    assert json.loads((cache_dir() / "openers.json").read_text())[key]["value"] == first
     monkeypatch.setattr("solver.policy.best_opener", lambda *args: pytest.fail("opener recomputed"))
     assert EntropySolver(small_setup.start, settings).opener() == first
 

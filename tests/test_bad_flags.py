@@ -1,0 +1,83 @@
+"""Flags no run can use are refused in one line before any work: non-finite or out-of-range numbers,
+absurd counts, negative seeds, a bad option before the command, a pipeline flag its later stages reject."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cli import cli
+from llm_fixtures import tiny_model_dir  # noqa: F401
+from test_bad_output import assert_one_error
+
+REPO = Path(__file__).parent.parent
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+# Each case names a missing model or data folder too, so a flag that slipped through fails fast
+# instead of starting a real run.
+@pytest.mark.parametrize("args, message", [
+    (["eval", "--model", "/nonexistent", "--temperature", "nan"], "'nan' is not a finite number"),
+    (["eval", "--model", "/nonexistent", "--temperature", "inf"], "'inf' is not a finite number"),
+    (["eval", "--model", "/nonexistent", "--temperature", "11"], "not in the range 0.0<=x<=10.0"),
+    (["eval", "--model", "/nonexistent", "--top-p", "nan"], "'nan' is not a finite number"),
+    (["eval", "--model", "/nonexistent", "--seed", "-1"], "--seed"),
+    (["gen-sft", "--out", "{tmp}/data", "--answers", "/nonexistent", "--rejected", "nan"], "--rejected"),
+    (["gen-sft", "--out", "{tmp}/data", "--answers", "/nonexistent", "--off-policy", "-inf"], "--off-policy"),
+    (["gen-sft", "--out", "{tmp}/data", "--answers", "/nonexistent", "--games", "99999999999999999999"],
+     "not in the range 1<=x<=100000"),
+    (["gen-sft", "--out", "{tmp}/data", "--answers", "/nonexistent", "--seed", "-1"], "--seed"),
+    (["sft", "--data", "/nonexistent", "--out", "{tmp}/run", "--lr", "inf"], "--lr must be > 0 and <= 1, got inf"),
+    (["sft", "--data", "/nonexistent", "--out", "{tmp}/run", "--lr", "nan"], "--lr must be > 0 and <= 1, got nan"),
+    (["sft", "--data", "/nonexistent", "--out", "{tmp}/run", "--seed", "-5"], "--seed"),
+    (["sft", "--data", "/nonexistent", "--out", "{tmp}/run", "--iters", "99999999999999999999"],
+     "--iters must be at most 10,000,000"),
+    (["sft", "--data", "/nonexistent", "--out", "{tmp}/run", "--rank", "99999"], "--rank must be at most 1,024"),
+    (["rl", "--model", "/nonexistent", "--out", "{tmp}/rl", "--lr", "nan"], "grpo.learning_rate must be a number"),
+    (["rl", "--model", "/nonexistent", "--out", "{tmp}/rl", "--temperature", "inf"], "rollout.temperature"),
+    (["rl", "--model", "/nonexistent", "--out", "{tmp}/rl", "--seed", "99999999999999999999"], "seed must be"),
+    (["pipeline", "--model", "/nonexistent", "--out", "{tmp}/p", "--seed", "-1"], "--seed"),
+    (["pipeline", "--model", "/nonexistent", "--out", "{tmp}/p", "--sft-games", "99999999999"],
+     "--sft-games must be at most 100,000"),
+])
+def test_unusable_numbers_are_refused(tmp_path, args, message):
+    result = run(*(a.format(tmp=tmp_path) for a in args))
+    assert_one_error(result, message)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--group-size", "1"], "--group-size must be at least 2"),
+    (["--group-size", "1000"], "rollout.group_size must be >= 2 and <= 256"),
+    (["--sft-iters", "0"], "--sft-iters must be positive"),
+    (["--eval-games", "0"], "--eval-games must be positive"),
+])
+def test_pipeline_checks_every_stage_before_the_first(tmp_path, tiny_model_dir, flags, message):  # noqa: F811
+    assert_one_error(run("pipeline", "--model", tiny_model_dir, "--out", tmp_path / "p", *flags), message)
+    assert not (tmp_path / "p").exists()  # no gen-sft or SFT ran, no folder was made
+
+
+@pytest.mark.parametrize("model, message", [
+    ("{tmp}/missing", "model folder not found"),
+    ("{tmp}", "is not a model folder: it has no config.json"),
+])
+def test_pipeline_with_a_missing_model_leaves_no_folder(tmp_path, model, message):
+    assert_one_error(run("pipeline", "--model", model.format(tmp=tmp_path), "--out", tmp_path / "p"), message)
+    assert not (tmp_path / "p").exists()
+
+
+def test_bad_option_before_the_command_is_one_line():
+    done = subprocess.run([sys.executable, "cli.py", "--bogus", "solve"], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 2
+    assert done.stderr == "error: No such option '--bogus'.\n" and done.stdout == ""
+
+
+def test_unknown_command_is_one_line():
+    assert_one_error(run("sovle"), "No such command 'sovle'")
