@@ -1,4 +1,5 @@
-"""Batched sampling: the shared system-prompt and group caches change no answer."""
+"""Batched sampling: the shared system-prompt and group caches, and prompts joining a running
+batch, change no answer."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from mlx_lm import stream_generate
 from mlx_lm.sample_utils import make_sampler
 
 from llm.format import prompt_tokens
-from llm.generation import SamplingSettings, sample, shared_prefix_length
+from llm.generation import GroupStream, SamplingSettings, _prefill, sample, shared_prefix_length
 from llm.loading import load_model
 from solver.feedback import feedback
 from solver.setup import load_setup
@@ -58,8 +59,48 @@ def test_batched_greedy_answers_match_one_by_one(tiny_model_dir: Path) -> None: 
     assert sample(model, tokenizer, [], 2, GREEDY) == []
 
 
+def test_caches_continued_from_a_short_shared_prefix_keep_their_own_prompts(tiny_model_dir: Path) -> None:  # noqa: F811
+    """Prompts under mlx-lm's 256-position cache step, as the default model's are (89-token system
+    prefix, 113-290-token prompts): each group's cache continues the prefix's and must not write
+    into its buffer (a bug that once gave every group but the last another group's prompt tail)."""
+    model, _ = load_model(str(tiny_model_dir))
+    prefix = list(range(3, 90))
+    tails = [list(range(100, 140)), list(range(150, 170))]
+    shared = _prefill(model, prefix)
+    continued = [_prefill(model, tail, shared) for tail in tails]
+    cut = _prefill(model, [], shared, 50)
+    for cache, tokens in [*zip(continued, (prefix + t for t in tails)), (cut, prefix[:50])]:
+        for layer, own in zip(cache, _prefill(model, tokens)):
+            keys, _, offset = layer.state
+            own_keys, _, own_offset = own.state
+            assert offset == own_offset == len(tokens)
+            assert mx.allclose(keys[..., :offset, :], own_keys[..., :offset, :], atol=1e-5).item()
+
+
 def test_group_members_sample_independently(tiny_model_dir: Path) -> None:  # noqa: F811
     model, tokenizer = load_model(str(tiny_model_dir))
     mx.random.seed(0)
     (group,) = sample(model, tokenizer, _prompts(tokenizer)[1:2], 6, SamplingSettings(temperature=1.0, max_tokens=12))
     assert len({c.tokens for c in group}) > 1
+
+
+def test_prompts_joining_a_running_batch_get_the_answers_they_would_alone(tiny_model_dir: Path) -> None:  # noqa: F811
+    model, tokenizer = load_model(str(tiny_model_dir))
+    prompts = _prompts(tokenizer)
+    expected = [_one_by_one(model, tokenizer, p) for p in prompts]
+    # The stream's prefix reaches past what later prompts share: it is cut back for them.
+    stream = GroupStream(model, tokenizer, GREEDY, batch_size=4, prefix=prompts[1][:-1])
+    asked = {stream.submit(prompts[1], 2): 1}
+    got: dict[int, list] = {}
+    while stream:
+        finished = stream.finished()
+        assert finished  # a call returns once a group is complete
+        for group, completions in finished:
+            got[asked.pop(group)] = [c.tokens for c in completions]
+            if len(got) == 1:  # submitted while nothing else is running, and while the last one runs
+                asked[stream.submit(prompts[0], 3)] = 0
+                asked[stream.submit(prompts[2], 1)] = 2
+    stream.close()
+    assert got == {0: [expected[0]] * 3, 1: [expected[1]] * 2, 2: [expected[2]]}
+    assert stream.answer_tokens == sum(len(t) for answers in got.values() for t in answers)
+    assert stream.finished() == []

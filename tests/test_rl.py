@@ -267,6 +267,12 @@ def test_rollouts_play_whole_games_with_a_group_at_every_position(lora_model, se
         assert len(game.rejected) == 3
         for k, group in enumerate(groups):
             assert group.prompt == prompt_tokens(tokenizer, group.state, game.rejected[:k])
+    # Games advance as their own groups finish, in one running batch: the same seed plays the same.
+    assert [g.secret for g in rollout.groups] == [s.secret for s in starts for _ in range(3)]  # game by game
+    mx.random.seed(1)
+    again = play(model, tokenizer, scorer, starts, settings, np.random.default_rng(1))
+    assert [[c.tokens for c in g.completions] for g in again.groups] == [[c.tokens for c in g.completions]
+                                                                         for g in rollout.groups]
 
 
 def test_passing_answers_keep_good_samples_and_the_solver_move(setup, scorer, tiny_model_dir):  # noqa: F811
