@@ -20,6 +20,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import mlx.core as mx
 import numpy as np
@@ -126,25 +127,8 @@ def run_rl(request: RunRequest) -> dict:
                                    config.rollout.off_policy, min_history)
 
     def grpo_step(view: LiveView) -> dict:
-        rollout_start = time.perf_counter()
-        wanted = config.grpo.groups_per_step
-        rollout, kept = collect_groups(
-            lambda: play(model, tokenizer, scorer, starts(config.rollout.games_per_round), config.rollout, rng),
-            wanted, config.grpo.max_rollouts, config.grpo.tie_threshold,
-            on_round=lambda done, found: view.status(f"round {done + 1}, {found}/{wanted} groups"))
-        update_start, rollout_peak = time.perf_counter(), mx.get_peak_memory()
-        mx.reset_peak_memory()
-        view.status(f"update, {len(kept)} groups")
-        figures = grpo.update(kept) if kept else {"skipped": "no informative group"}
-        stats = rollout.stats(config.rollout.temperature)
-        return {**stats, **figures, "groups": len(rollout.groups), "informative_groups": len(kept),
-                "dropped_fraction": 1.0 - len(kept) / len(rollout.groups),
-                "rollout_seconds": update_start - rollout_start,
-                "update_seconds": time.perf_counter() - update_start,
-                "rollout_peak_memory_gb": rollout_peak / 1e9, "update_peak_memory_gb": mx.get_peak_memory() / 1e9,
-                "gen_tokens_per_s": stats["answer_tokens"] / (update_start - rollout_start),
-                "secrets": sorted({g.secret for g in rollout.games}),
-                "group_rewards": [[round(float(x), 4) for x in g.rewards.total] for g in rollout.groups]}
+        return run_grpo_step(model, tokenizer, scorer, grpo, config,
+                             lambda: starts(config.rollout.games_per_round), rng, view.status)
 
     def ei_step(view: LiveView) -> dict:
         view.status(f"{config.ei.states_per_step} positions")
@@ -186,6 +170,41 @@ def run_rl(request: RunRequest) -> dict:
             view.update(record)
     adapter_dir = policy.export(out / "adapter")
     return summarise(metrics.records(), out, adapter_dir, best)
+
+
+def run_grpo_step(model, tokenizer, scorer: RewardScorer, learner: GrpoLearner, config: RLConfig,
+                  fresh_starts: Callable[[], list], rng: np.random.Generator,
+                  status: Callable[[str], None] = lambda doing: None) -> dict:
+    """One GRPO step: rounds of fresh games (`fresh_starts()` draws each round's start
+    states) until enough informative groups, then one update; its metrics.jsonl record.
+
+    Besides the learning figures, the record says what the step's time went into:
+    answer tokens per second of the rollout, trained (answer) tokens per second of the
+    update, each one's share of the step, and the share of the update's micro-batch
+    positions that were padding.
+    """
+    rollout_start = time.perf_counter()
+    wanted = config.grpo.groups_per_step
+    rollout, kept = collect_groups(
+        lambda: play(model, tokenizer, scorer, fresh_starts(), config.rollout, rng),
+        wanted, config.grpo.max_rollouts, config.grpo.tie_threshold,
+        on_round=lambda done, found: status(f"round {done + 1}, {found}/{wanted} groups"))
+    update_start, rollout_peak = time.perf_counter(), mx.get_peak_memory()
+    mx.reset_peak_memory()
+    status(f"update, {len(kept)} groups")
+    figures = learner.update(kept) if kept else {"skipped": "no informative group"}
+    update_end = time.perf_counter()
+    stats = rollout.stats(config.rollout.temperature)
+    rollout_seconds, update_seconds = update_start - rollout_start, update_end - update_start
+    return {**stats, **figures, "groups": len(rollout.groups), "informative_groups": len(kept),
+            "dropped_fraction": 1.0 - len(kept) / len(rollout.groups),
+            "rollout_seconds": rollout_seconds, "update_seconds": update_seconds,
+            "rollout_share": rollout_seconds / (rollout_seconds + update_seconds),
+            "rollout_peak_memory_gb": rollout_peak / 1e9, "update_peak_memory_gb": mx.get_peak_memory() / 1e9,
+            "rollout_tokens_per_s": stats["answer_tokens"] / rollout_seconds,
+            "update_tokens_per_s": figures.get("trained_tokens", 0) / update_seconds,
+            "secrets": sorted({g.secret for g in rollout.games}),
+            "group_rewards": [[round(float(x), 4) for x in g.rewards.total] for g in rollout.groups]}
 
 
 def _start_run_folder(out: Path, request: RunRequest, config: RLConfig) -> None:

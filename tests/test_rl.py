@@ -33,7 +33,7 @@ from rl.expert_iteration import EISettings, ExpertIteration, passing_answers, tr
 from rl.grpo import (KL_LOG_RATIO_CLAMP, KL_TOKEN_CLAMP, GrpoLearner, GrpoSettings, adapter_disabled,
                      answer_logprobs, answer_tokens, collect_groups, advantages, group_batches, length_chunks,
                      prompt_kv)
-from rl.loop import PhaseOptimizers, RunRequest, run_rl
+from rl.loop import PhaseOptimizers, RunRequest, run_grpo_step, run_rl
 from rl.policy import load_policy
 from rl.report import LiveView, curves, sparkline
 from rl.reward import RewardScorer
@@ -48,8 +48,8 @@ from solver.feedback import feedback
 from solver.setup import load_setup
 
 REPO = Path(__file__).resolve().parent.parent
-TIMING = {"seconds", "tokens_per_s", "gen_tokens_per_s", "peak_memory_gb", "rollout_seconds", "update_seconds",
-          "rollout_peak_memory_gb", "update_peak_memory_gb"}
+TIMING = {"seconds", "tokens_per_s", "rollout_tokens_per_s", "update_tokens_per_s", "rollout_share", "peak_memory_gb",
+          "rollout_seconds", "update_seconds", "rollout_peak_memory_gb", "update_peak_memory_gb"}
 # A run small enough for the tiny model on 2 cores: EI first, so the GRPO rollouts that
 # follow depend on weights a resume must have restored; held-out evals at steps 0, 2 and 3.
 TINY_RUN = {
@@ -339,6 +339,23 @@ def test_rollouts_play_whole_games_with_a_group_at_every_position(lora_model, se
                                                                          for g in rollout.groups]
 
 
+def test_a_grpo_step_says_what_its_time_went_into(lora_model, setup, scorer):
+    model, tokenizer = lora_model
+    config = build_config({"rollout": {"group_size": 3, "games_per_round": 2, "max_tokens": 8},
+                           "grpo": {"tie_threshold": 0.0, "groups_per_step": 1, "micro_batch_tokens": 16}})
+    learner = GrpoLearner(model, config.grpo, config.rollout.temperature, tokenizer.eos_token_id)
+    rng = np.random.default_rng(2)
+    record = run_grpo_step(model, tokenizer, scorer, learner, config,
+                           lambda: sample_start_states(setup, setup.solver(), ["bunny", "crane"], 2, rng, 2), rng)
+    assert record["informative_groups"] == record["groups"] > 0  # a 0 threshold keeps tied groups
+    assert record["rollout_tokens_per_s"] == pytest.approx(record["answer_tokens"] / record["rollout_seconds"])
+    assert record["update_tokens_per_s"] == pytest.approx(record["trained_tokens"] / record["update_seconds"])
+    assert record["rollout_share"] == pytest.approx(
+        record["rollout_seconds"] / (record["rollout_seconds"] + record["update_seconds"]))
+    assert 0 < record["rollout_share"] < 1 and 0 <= record["padding_share"] < 1
+    assert record["trained_tokens"] >= record["answer_tokens"]  # an answer that ended on eos trains it too
+
+
 def test_passing_answers_keep_good_samples_and_the_solver_move(setup, scorer, tiny_model_dir):  # noqa: F811
     _, tokenizer = load_model(str(tiny_model_dir))
     texts = [BAD, format_answer("a", "qqqqq"), GOOD, GOOD, format_answer("b", "salty")]
@@ -492,7 +509,7 @@ def test_a_run_logs_every_step_and_never_plays_held_out_secrets(reference_run, t
     # The tiny model answers garbage: every group ties, is dropped, and the step is skipped.
     assert grpo["dropped_fraction"] == 1.0 and grpo["skipped"] and grpo["games"] == 2
     for key in ("reward_mean", "reward_std", "reward_format", "reward_win", "win_rate", "invalid_rate",
-                "tokens_per_s", "peak_memory_gb"):
+                "tokens_per_s", "rollout_tokens_per_s", "update_tokens_per_s", "rollout_share", "peak_memory_gb"):
         assert key in grpo
     assert records[0]["expert_fraction"] == 1.0 and math.isfinite(records[0]["loss"])
     assert not any(is_held_out(s) for r in records for s in r["secrets"])
