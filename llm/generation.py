@@ -10,6 +10,7 @@ its KV cache shared by every member, so prefill work does not grow with the grou
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -19,6 +20,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.sample_utils import make_sampler
 
 STOP_TEXT = "</guess>"
+REMEMBERED = 16  # groups' prompt caches a GroupStream keeps to continue later prompts (~12 MB each, default model)
 
 
 @dataclass(frozen=True)
@@ -71,11 +73,7 @@ def _prefill(model, tokens: list[int], start: list | None = None, start_length: 
 
 def shared_prefix_length(prompts: list[list[int]]) -> int:
     """Tokens every prompt starts with, leaving each at least one token of its own."""
-    shortest = min(len(p) for p in prompts)
-    length = 0
-    while length < shortest - 1 and all(p[length] == prompts[0][length] for p in prompts):
-        length += 1
-    return length
+    return min(_common_length(prompts[0], p, len(p) - 1) for p in prompts)
 
 
 class GroupStream:
@@ -87,7 +85,10 @@ class GroupStream:
     once, so a multi-turn caller (RL rollouts) can put a game's next position into the
     running batch instead of waiting for the slowest answer of a round. The tokens of
     `prefix` (the system message every prompt opens with) are prefilled once; a group's
-    prompt is prefilled once and its KV cache shared by all members.
+    prompt is prefilled once and its KV cache shared by all members. A new prompt
+    continues the longest cached prefix it shares with `prefix` or with one of the last
+    `REMEMBERED` groups' prompts: a game's next position repeats its earlier turns (after
+    a refused answer, all but one line), and only the rest is prefilled.
 
     Seed with `mx.random.seed` beforehand: the same submissions in the same order give
     the same answers.
@@ -100,8 +101,9 @@ class GroupStream:
         self._generator = BatchGenerator(model, stop_tokens=None,
                                          sampler=make_sampler(temp=settings.temperature, top_p=settings.top_p),
                                          completion_batch_size=batch_size, prefill_batch_size=min(8, batch_size))
-        self._prefix = list(prefix or [])
-        self._prefix_caches = {len(self._prefix): _prefill(model, self._prefix)} if self._prefix else {}
+        prefix = list(prefix or [])
+        self._system = [(prefix, _prefill(model, prefix))] if prefix else []
+        self._recent: deque[tuple[list[int], list]] = deque(maxlen=REMEMBERED)  # groups' prompts, less the last token
         self._members: dict[int, list[int]] = {}  # group id -> its members' uids
         self._group_of: dict[int, int] = {}  # uid -> group id
         self._tokens: dict[int, list[int]] = {}
@@ -119,7 +121,9 @@ class GroupStream:
             raise ValueError("a logits processor steers one answer: use group_size 1")
         start, base = self._prefix_cache(prompt)
         if group_size > 1:
-            prompts, caches = [prompt[-1:]] * group_size, [_prefill(self.model, prompt[start:-1], base)] * group_size
+            cache = _prefill(self.model, prompt[start:-1], base)
+            self._recent.append((prompt[:-1], cache))
+            prompts, caches = [prompt[-1:]] * group_size, [cache] * group_size
         else:
             prompts, caches = [prompt[start:]], [base]
         uids = self._generator.insert(prompts, [self.settings.max_tokens] * group_size, caches=caches,
@@ -165,16 +169,25 @@ class GroupStream:
         return completions
 
     def _prefix_cache(self, prompt: list[int]) -> tuple[int, list | None]:
-        """How many leading tokens of `prompt` a cache already holds (leaving it one of its own), and that cache."""
-        length = 0
-        limit = min(len(self._prefix), len(prompt) - 1)
-        while length < limit and prompt[length] == self._prefix[length]:
-            length += 1
-        if length == 0:
+        """How many leading tokens of `prompt` a known cache holds (leaving it one token of its
+        own), and a cache of exactly those."""
+        best, length = None, 0
+        for tokens, cache in (*self._system, *self._recent):
+            shared = _common_length(tokens, prompt, len(prompt) - 1)
+            if shared > length:
+                best, length = (tokens, cache), shared
+        if best is None:
             return 0, None
-        if length not in self._prefix_caches:
-            self._prefix_caches[length] = _prefill(self.model, [], self._prefix_caches[len(self._prefix)], length)
-        return length, self._prefix_caches[length]
+        tokens, cache = best
+        return length, cache if length == len(tokens) else _prefill(self.model, [], cache, length)
+
+
+def _common_length(a: list[int], b: list[int], limit: int) -> int:
+    """Leading tokens `a` and `b` share, at most `limit`."""
+    length, limit = 0, min(len(a), len(b), limit)
+    while length < limit and a[length] == b[length]:
+        length += 1
+    return length
 
 
 def sample(model, tokenizer, prompts: list[list[int]], group_size: int = 1,

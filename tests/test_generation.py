@@ -63,13 +63,20 @@ def test_caches_continued_from_a_short_shared_prefix_keep_their_own_prompts(tiny
     """Prompts under mlx-lm's 256-position cache step, as the default model's are (89-token system
     prefix, 113-290-token prompts): each group's cache continues the prefix's and must not write
     into its buffer (a bug that once gave every group but the last another group's prompt tail)."""
-    model, _ = load_model(str(tiny_model_dir))
+    model, tokenizer = load_model(str(tiny_model_dir))
     prefix = list(range(3, 90))
     tails = [list(range(100, 140)), list(range(150, 170))]
     shared = _prefill(model, prefix)
     continued = [_prefill(model, tail, shared) for tail in tails]
     cut = _prefill(model, [], shared, 50)
-    for cache, tokens in [*zip(continued, (prefix + t for t in tails)), (cut, prefix[:50])]:
+    # A stream continues a new prompt from the longest prefix it knows: here the first group's prompt.
+    stream = GroupStream(model, tokenizer, GREEDY, prefix=prefix)
+    stream.submit(prefix + tails[0], 2)
+    later = prefix + tails[0][:30] + [7, 8]
+    length, remembered = stream._prefix_cache(later)
+    stream.close()
+    assert length == len(prefix) + 30
+    for cache, tokens in [*zip(continued, (prefix + t for t in tails)), (cut, prefix[:50]), (remembered, later[:length])]:
         for layer, own in zip(cache, _prefill(model, tokens)):
             keys, _, offset = layer.state
             own_keys, _, own_offset = own.state
