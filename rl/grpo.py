@@ -63,7 +63,7 @@ class GrpoSettings:
     kl_coef: float = 0.04
     advantage_scale: str = "batch"  # divide centred rewards by the batch's std, the group's, or "none"
     tie_threshold: float = 0.05  # groups whose rewards span less than this are dropped
-    micro_batch_tokens: int = 256  # answer positions per forward/backward pass (see results/rl-throughput/)
+    micro_batch_tokens: int = 640  # answer positions per pass: a pipeline group (4 x 160) is one graph
     max_grad_norm: float = 1.0
     updates_per_batch: int = 1  # optimizer steps on one batch of groups (>1 makes the ratio clip bite)
     groups_per_step: int = 8  # informative groups wanted per step
