@@ -1,13 +1,16 @@
 """Batched sampling with mlx-lm's BatchGenerator, stopping at `</guess>`.
 
 Eval asks for one answer per game; RL asks for a group of answers per position.
-The system message every prompt opens with is prefilled once per call; for a group,
-the prompt is prefilled once and its KV cache shared by every member, so prefill
-work does not grow with the group size.
+`GroupStream` is the one engine: continuous batching of groups that callers submit
+while others generate (RL rollouts put a game's next position into the running
+batch); `sample` is a single batch of prompts through it. The system message every
+prompt opens with is prefilled once; for a group, the prompt is prefilled once and
+its KV cache shared by every member, so prefill work does not grow with the group size.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -18,6 +21,7 @@ from mlx_lm.sample_utils import make_sampler
 
 STOP_TEXT = "</guess>"
 MAX_TEMPERATURE = 10.0
+REMEMBERED = 16  # groups' prompt caches a GroupStream keeps to continue later prompts (~12 MB each, default model)
 
 
 @dataclass(frozen=True)
@@ -48,21 +52,22 @@ def stop_sequences(tokenizer) -> StopSequences:
     return StopSequences(sequences)
 
 
-def _prefill(model, tokens: list[int], start: list | None = None) -> list:
-    """KV cache of `tokens`, continuing the cache `start` if given, which stays as it was.
+def _prefill(model, tokens: list[int], start: list | None = None, start_length: int | None = None) -> list:
+    """KV cache of `tokens`, continuing the first `start_length` positions (all by default) of
+    the cache `start`, which stays as it was.
 
     mlx-lm's KVCache writes new keys into its buffer in place while the buffer has room,
     and mx.array slice assignment is seen through every reference to that array: a cache
-    continued from the shared prefix's buffer would write into the prefix's spare room,
-    which every other group continued from that prefix reads too (each group prefilled in
-    one call overwrote the earlier groups' prompt tails). So the start's keys and values
+    continued from a shared buffer would overwrite the prefix's spare room, which the
+    other groups continued from the same prefix use too. So the start's keys and values
     are sliced to new arrays, and the first write here allocates a buffer of its own.
     """
     cache = make_prompt_cache(model)
     if start is not None:
         for layer, begun in zip(cache, start):
             keys, values, offset = begun.state
-            layer.state = (keys[..., :offset, :], values[..., :offset, :], offset)
+            length = offset if start_length is None else start_length
+            layer.state = (keys[..., :length, :], values[..., :length, :], length)
     if tokens:
         model(mx.array(tokens)[None], cache=cache)
         mx.eval([c.state for c in cache])
@@ -71,9 +76,119 @@ def _prefill(model, tokens: list[int], start: list | None = None) -> list:
 
 def shared_prefix_length(prompts: list[list[int]]) -> int:
     """Tokens every prompt starts with, leaving each at least one token of its own."""
-    shortest = min(len(p) for p in prompts)
-    length = 0
-    while length < shortest - 1 and all(p[length] == prompts[0][length] for p in prompts):
+    return min(_common_length(prompts[0], p, len(p) - 1) for p in prompts)
+
+
+class GroupStream:
+    """Continuous batching of groups of answers: one BatchGenerator for every request.
+
+    A caller submits prompts (each wanting `group_size` answers) whenever it likes,
+    also while others are being generated, and collects each group as soon as its last
+    member has finished. A finished answer's slot goes to the next queued sequence at
+    once, so a multi-turn caller (RL rollouts) can put a game's next position into the
+    running batch instead of waiting for the slowest answer of a round. The tokens of
+    `prefix` (the system message every prompt opens with) are prefilled once; a group's
+    prompt is prefilled once and its KV cache shared by all members. A new prompt
+    continues the longest cached prefix it shares with `prefix` or with one of the last
+    `REMEMBERED` groups' prompts: a game's next position repeats its earlier turns (after
+    a refused answer, all but one line), and only the rest is prefilled.
+
+    Seed with `mx.random.seed` beforehand: the same submissions in the same order give
+    the same answers.
+    """
+
+    def __init__(self, model, tokenizer, settings: SamplingSettings = SamplingSettings(), batch_size: int = 32,
+                 prefix: list[int] | None = None) -> None:
+        self.model, self.tokenizer, self.settings = model, tokenizer, settings
+        self._stops = stop_sequences(tokenizer)
+        self._generator = BatchGenerator(model, stop_tokens=None,
+                                         sampler=make_sampler(temp=settings.temperature, top_p=settings.top_p),
+                                         completion_batch_size=batch_size, prefill_batch_size=min(8, batch_size))
+        prefix = list(prefix or [])
+        self._system = [(prefix, _prefill(model, prefix))] if prefix else []
+        self._recent: deque[tuple[list[int], list]] = deque(maxlen=REMEMBERED)  # groups' prompts, less the last token
+        self._members: dict[int, list[int]] = {}  # group id -> its members' uids
+        self._group_of: dict[int, int] = {}  # uid -> group id
+        self._tokens: dict[int, list[int]] = {}
+        self._reasons: dict[int, str] = {}
+        self._next_id = 0
+        self.answer_tokens = 0  # generated so far, over every group
+
+    def __len__(self) -> int:
+        """Groups submitted and not yet returned."""
+        return len(self._members)
+
+    def submit(self, prompt: list[int], group_size: int = 1, processor: Callable | None = None) -> int:
+        """Queue `group_size` answers to `prompt` (a logits `processor` steers a group of one); its group id."""
+        if processor is not None and group_size != 1:
+            raise ValueError("a logits processor steers one answer: use group_size 1")
+        start, base = self._prefix_cache(prompt)
+        if group_size > 1:
+            cache = _prefill(self.model, prompt[start:-1], base)
+            self._recent.append((prompt[:-1], cache))
+            prompts, caches = [prompt[-1:]] * group_size, [cache] * group_size
+        else:
+            prompts, caches = [prompt[start:]], [base]
+        uids = self._generator.insert(prompts, [self.settings.max_tokens] * group_size, caches=caches,
+                                      stop_sequences=[self._stops] * group_size,
+                                      logits_processors=[[processor]] if processor else None)
+        group = self._next_id
+        self._next_id += 1
+        self._members[group] = uids
+        for uid in uids:
+            self._group_of[uid], self._tokens[uid] = group, []
+        return group
+
+    def finished(self) -> list[tuple[int, list[Completion]]]:
+        """Generate until at least one group has all its answers; those groups (id, answers), by id.
+
+        Empty when no group is open.
+        """
+        done: list[int] = []
+        while self._members and not done:
+            responses = self._generator.next_generated()
+            if not responses:
+                raise RuntimeError("the batch generator stopped with answers still open")
+            for r in responses:
+                if r.finish_reason != "stop" or r.token not in self.tokenizer.eos_token_ids:
+                    self._tokens[r.uid].append(r.token)
+                    self.answer_tokens += 1
+                if r.finish_reason is not None:
+                    self._reasons[r.uid] = r.finish_reason
+                    group = self._group_of[r.uid]
+                    if all(u in self._reasons for u in self._members[group]):
+                        done.append(group)
+        return [(group, self._collect(group)) for group in sorted(done)]
+
+    def close(self) -> None:
+        self._generator.close()
+
+    def _collect(self, group: int) -> list[Completion]:
+        completions = []
+        for uid in self._members.pop(group):
+            tokens = self._tokens.pop(uid)
+            del self._group_of[uid]
+            completions.append(Completion(_trim(self.tokenizer.decode(tokens)), tuple(tokens), self._reasons.pop(uid)))
+        return completions
+
+    def _prefix_cache(self, prompt: list[int]) -> tuple[int, list | None]:
+        """How many leading tokens of `prompt` a known cache holds (leaving it one token of its
+        own), and a cache of exactly those."""
+        best, length = None, 0
+        for tokens, cache in (*self._system, *self._recent):
+            shared = _common_length(tokens, prompt, len(prompt) - 1)
+            if shared > length:
+                best, length = (tokens, cache), shared
+        if best is None:
+            return 0, None
+        tokens, cache = best
+        return length, cache if length == len(tokens) else _prefill(self.model, [], cache, length)
+
+
+def _common_length(a: list[int], b: list[int], limit: int) -> int:
+    """Leading tokens `a` and `b` share, at most `limit`."""
+    length, limit = 0, min(len(a), len(b), limit)
+    while length < limit and a[length] == b[length]:
         length += 1
     return length
 
@@ -88,38 +203,15 @@ def sample(model, tokenizer, prompts: list[list[int]], group_size: int = 1,
     """
     if not prompts:
         return []
-    sampler = make_sampler(temp=settings.temperature, top_p=settings.top_p)
-    stops = stop_sequences(tokenizer)
-    generator = BatchGenerator(model, stop_tokens=None, sampler=sampler,
-                               completion_batch_size=batch_size, prefill_batch_size=min(8, batch_size))
     # Every prompt opens with the same system message: its KV cache is computed once.
-    # A group's prompt is computed once too, and its members start from that cache.
-    start = shared_prefix_length(prompts)
-    prefix = _prefill(model, prompts[0][:start])
-    flat_prompts: list[list[int]] = []
-    caches: list = []
-    for prompt in prompts:
-        if group_size > 1:
-            flat_prompts.extend([prompt[-1:]] * group_size)
-            caches.extend([_prefill(model, prompt[start:-1], prefix)] * group_size)
-        else:
-            flat_prompts.append(prompt[start:])
-            caches.append(prefix)
-    uids = generator.insert(flat_prompts, [settings.max_tokens] * len(flat_prompts), caches=caches,
-                            stop_sequences=[stops] * len(flat_prompts),
-                            logits_processors=[[p] for p in processors] if processors else None)
-    tokens: dict[int, list[int]] = {uid: [] for uid in uids}
-    reasons: dict[int, str] = {}
-    while responses := generator.next_generated():
-        for r in responses:
-            if r.finish_reason != "stop" or r.token not in tokenizer.eos_token_ids:
-                tokens[r.uid].append(r.token)
-            if r.finish_reason is not None:
-                reasons[r.uid] = r.finish_reason
-    generator.close()
-    completions = [Completion(_trim(tokenizer.decode(tokens[u])), tuple(tokens[u]), reasons.get(u, "length"))
-                   for u in uids]
-    return [completions[i * group_size:(i + 1) * group_size] for i in range(len(prompts))]
+    stream = GroupStream(model, tokenizer, settings, batch_size, prompts[0][:shared_prefix_length(prompts)])
+    ids = [stream.submit(prompt, group_size, processors[i] if processors else None)
+           for i, prompt in enumerate(prompts)]
+    answers: dict[int, list[Completion]] = {}
+    while stream:
+        answers.update(stream.finished())
+    stream.close()
+    return [answers[i] for i in ids]
 
 
 def _trim(text: str) -> str:

@@ -53,10 +53,12 @@ def positions(setup, n: int, seed: int):
     return sample_start_states(setup, setup.solver(), secrets, n, np.random.default_rng(seed), max_history=3)
 
 
-def run_ours(model: str, adapter: str | None, starts, group_size: int, max_tokens: int, micro_batch: int) -> dict:
+def run_ours(model: str, adapter: str | None, starts, group_size: int, max_tokens: int,
+             micro_batch_tokens: int) -> dict:
     scorer = RewardScorer(load_setup())
     policy = load_policy(model, adapter, LORA)
-    learner = GrpoLearner(policy.model, GrpoSettings(learning_rate=LEARNING_RATE, kl_coef=KL, micro_batch=micro_batch),
+    learner = GrpoLearner(policy.model, GrpoSettings(learning_rate=LEARNING_RATE, kl_coef=KL,
+                                                              micro_batch_tokens=micro_batch_tokens),
                           1.0, policy.tokenizer.eos_token_id)
     steps = []
     for start in starts:
@@ -134,14 +136,15 @@ def run_mlx_lm_lora(model: str, adapter: str | None, starts, group_size: int, ma
 @click.option("-G", "--group-size", type=click.IntRange(2), default=4, show_default=True)
 @click.option("--steps", type=click.IntRange(2), default=4, show_default=True, help="The first is warm-up.")
 @click.option("--max-tokens", type=click.IntRange(8), default=64, show_default=True)
-@click.option("--micro-batch", type=click.IntRange(1), default=4, show_default=True, help="Ours only.")
+@click.option("--micro-batch-tokens", type=click.IntRange(1), default=GrpoSettings.micro_batch_tokens,
+              show_default=True, help="Ours only: answer positions per forward/backward pass.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def main(side, model, adapter, group_size, steps, max_tokens, micro_batch, seed, json_path) -> None:
+def main(side, model, adapter, group_size, steps, max_tokens, micro_batch_tokens, seed, json_path) -> None:
     starts = positions(load_setup(), steps, seed)
     mx.random.seed(seed)
     if side == "ours":
-        result = run_ours(model, adapter, starts, group_size, max_tokens, micro_batch)
+        result = run_ours(model, adapter, starts, group_size, max_tokens, micro_batch_tokens)
     else:
         result = run_mlx_lm_lora(model, adapter, starts, group_size, max_tokens)
     timed = result["steps"][1:]

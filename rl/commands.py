@@ -15,7 +15,7 @@ OVERRIDES = {
     "steps": "steps", "schedule": "schedule", "seed": "seed", "group_size": "rollout.group_size",
     "games": "rollout.games_per_round", "max_tokens": "rollout.max_tokens", "temperature": "rollout.temperature",
     "checkpoint_every": "checkpoint_every", "lr": "grpo.learning_rate", "kl_coef": "grpo.kl_coef",
-    "micro_batch": "grpo.micro_batch", "groups": "grpo.groups_per_step", "batch_size": "rollout.batch_size",
+    "micro_batch_tokens": "grpo.micro_batch_tokens", "groups": "grpo.groups_per_step", "batch_size": "rollout.batch_size",
     "eval_every": "eval_every", "eval_games": "eval_games",
 }
 
@@ -39,7 +39,8 @@ OVERRIDES = {
 @click.option("--max-tokens", type=int, default=None, help="Longest answer sampled.")
 @click.option("--temperature", type=float, default=None)
 @click.option("--batch-size", type=int, default=None, help="Sequences generated at once.")
-@click.option("--micro-batch", type=int, default=None, help="Answers per GRPO forward/backward pass.")
+@click.option("--micro-batch-tokens", type=int, default=None,
+              help="Answer positions (padding included) per GRPO forward/backward pass.")
 @click.option("--lr", type=float, default=None, help="GRPO learning rate.")
 @click.option("--kl-coef", type=float, default=None, help="Weight of the KL to the adapter-free model.")
 @click.option("--checkpoint-every", type=int, default=None, help="Steps between checkpoints.")

@@ -63,7 +63,7 @@ RANGES: dict[str, tuple[float, float] | tuple[float, float, str]] = {
     "rollout.max_history": (0, 5), "rollout.off_policy": (0.0, 1.0),
     "grpo.learning_rate": (0.0, 1.0, "("), "grpo.warmup_steps": (0, 100_000), "grpo.tie_threshold": (0.0, MAX_WEIGHT),
     "ei.warmup_steps": (0, 100_000), "ei.min_history": (0, 5), "grpo.clip_epsilon": (0.0, 1.0, "("), "grpo.kl_coef": (0.0, 100.0),
-    "grpo.micro_batch": (1, 4096), "grpo.max_grad_norm": (0.0, _INF, "("), "grpo.updates_per_batch": (1, 64),
+    "grpo.micro_batch_tokens": (1, 10**7), "grpo.max_grad_norm": (0.0, _INF, "("), "grpo.updates_per_batch": (1, 64),
     "grpo.groups_per_step": (1, 100_000), "grpo.max_rollouts": (1, 1000),
     "ei.states_per_step": (1, 100_000), "ei.games_per_step": (1, 100_000), "ei.samples": (1, 256), "ei.threshold": (-_INF, _INF),
     "ei.keep_per_state": (1, 256), "ei.sft_steps": (1, 100_000), "ei.batch_size": (1, 4096),

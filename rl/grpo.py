@@ -21,8 +21,10 @@ and the clip bites.
 
 The reference policy is the same model with its LoRA adapter switched off (scale 0),
 so no second copy of the weights exists; with a start adapter fused into the base
-weights (rl/policy.py), that is the SFT model RL started from. Log-probs are computed in micro-batches of
-at most `micro_batch` answers that attend to their group's prompt keys and values
+weights (rl/policy.py), that is the SFT model RL started from; with `kl_coef` 0 it is
+never run. Log-probs are computed in micro-batches of at most `micro_batch_tokens`
+answer positions (rows times the longest answer: a group's answers sorted by length,
+so little of that is padding) that attend to their group's prompt keys and values
 (computed once per group, see `GrpoLearner`), so neither prompt work nor peak memory
 grows with the group size. Groups whose rewards tie carry no signal and never reach
 this step.
@@ -66,7 +68,7 @@ class GrpoSettings:
     kl_coef: float = 0.04
     advantage_scale: str = "batch"  # divide centred rewards by the batch's std, the group's, or "none"
     tie_threshold: float = 0.05  # groups whose rewards span less than this are dropped
-    micro_batch: int = 4  # answers per forward/backward pass
+    micro_batch_tokens: int = 640  # answer positions per pass: a pipeline group (4 x 160) is one graph
     max_grad_norm: float = 1.0
     updates_per_batch: int = 1  # optimizer steps on one batch of groups (>1 makes the ratio clip bite)
     groups_per_step: int = 8  # informative groups wanted per step
@@ -136,24 +138,40 @@ class GroupBatch:
     prompt: mx.array  # (P,)
     chunks: list[MicroBatch]
 
+    @property
+    def positions(self) -> int:
+        """Answer positions the passes compute, padding included."""
+        return sum(c.mask.size for c in self.chunks)
+
+
+def length_chunks(lengths: list[int], max_positions: int) -> list[list[int]]:
+    """Indices of answers, longest first, in runs whose rows x longest answer stay within
+    `max_positions` (a run holds at least one answer, however long)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    chunks: list[list[int]] = []
+    for i in order:
+        if chunks and (len(chunks[-1]) + 1) * max(1, lengths[chunks[-1][0]]) <= max_positions:
+            chunks[-1].append(i)
+        else:
+            chunks.append([i])
+    return chunks
+
 
 def group_batches(groups: list[Group], advantages: list[np.ndarray], eos_token_id: int,
-                  size: int) -> list[GroupBatch]:
-    """Each group's answers in chunks of at most `size`."""
+                  max_positions: int) -> list[GroupBatch]:
+    """Each group's answers in micro-batches of at most `max_positions` answer positions."""
     batches = []
     for group, adv in zip(groups, advantages):
         answers = [answer_tokens(c, eos_token_id) for c in group.completions]
         chunks = []
-        for start in range(0, len(answers), size):
-            part = answers[start:start + size]
-            width = max(1, max(len(a) for a in part))
-            tokens = np.zeros((len(part), width), dtype=np.int32)
-            mask = np.zeros((len(part), width), dtype=np.float32)
-            for row, answer in enumerate(part):
-                tokens[row, :len(answer)] = answer
-                mask[row, :len(answer)] = 1.0
-            chunks.append(MicroBatch(mx.array(tokens), mx.array(mask),
-                                     mx.array(adv[start:start + size].astype(np.float32))))
+        for rows in length_chunks([len(a) for a in answers], max_positions):
+            width = max(1, len(answers[rows[0]]))
+            tokens = np.zeros((len(rows), width), dtype=np.int32)
+            mask = np.zeros((len(rows), width), dtype=np.float32)
+            for row, i in enumerate(rows):
+                tokens[row, :len(answers[i])] = answers[i]
+                mask[row, :len(answers[i])] = 1.0
+            chunks.append(MicroBatch(mx.array(tokens), mx.array(mask), mx.array(adv[rows].astype(np.float32))))
         batches.append(GroupBatch(mx.array(np.asarray(group.prompt, dtype=np.int32)), chunks))
     return batches
 
@@ -259,11 +277,25 @@ def chunk_loss(params, kv: KV, model: nn.Module, prompt: mx.array, batch: MicroB
     return loss, (mx.stop_gradient(logp), (kl * mask).sum(), clip_count)
 
 
+def group_loss(params, model: nn.Module, prompt: mx.array, batch: MicroBatch, ref: mx.array | None,
+               settings: GrpoSettings, temperature: float, n_tokens: int):
+    """`chunk_loss` of a group whose answers fit one micro-batch, its prompt in the same graph:
+    one forward and one backward pass through the prompt (and no ratio: old = current)."""
+    model.update(params)
+    return chunk_loss(params, prompt_kv(model, prompt), model, prompt, batch, None, ref, settings, temperature,
+                      n_tokens)
+
+
 def prompt_pullback(params, model: nn.Module, prompt: mx.array, kv_grad: KV) -> mx.array:
     """<prompt_kv(params), kv_grad>: its gradient carries the answers' gradient back through the prompt."""
     model.update(params)
     kv = prompt_kv(model, prompt)
     return sum((k * gk).sum() + (v * gv).sum() for (k, v), (gk, gv) in zip(kv, kv_grad))
+
+
+def trained_tokens(batches: list[GroupBatch]) -> int:
+    """Real answer tokens in `batches` (the loss's denominator, summed over ranks)."""
+    return int(sum(c.mask.sum().item() for gb in batches for c in gb.chunks))
 
 
 def _add(a, b):
@@ -273,11 +305,13 @@ def _add(a, b):
 class GrpoLearner:
     """Owns the GRPO optimizer and turns batches of informative groups into updates.
 
-    Per group the prompt runs forward once (no graph kept); each micro-batch of
-    answers then gives gradients for the weights and for the prompt's keys/values;
-    one backward pass through the prompt adds the latter's share. The result is the
-    exact gradient of whole-sequence log-probs, with prompt work independent of the
-    group size and peak memory set by one micro-batch.
+    A group whose answers fit one micro-batch (the usual case) is one graph: the
+    prompt's keys and values, its answers' loss, one backward pass. A larger group
+    runs its prompt forward once (no graph kept); each micro-batch of answers then
+    gives gradients for the weights and for the prompt's keys/values; one backward
+    pass through the prompt adds the latter's share. Either way the result is the exact
+    gradient of whole-sequence log-probs, with prompt work independent of the group
+    size and peak memory set by one micro-batch.
     """
 
     def __init__(self, model: nn.Module, settings: GrpoSettings, temperature: float, eos_token_id: int) -> None:
@@ -288,6 +322,7 @@ class GrpoLearner:
         self.eos_token_id = eos_token_id
         self.optimizer = rl_optimizer(settings.learning_rate, settings.warmup_steps)
         self._chunk_grad = mx.value_and_grad(chunk_loss, argnums=(0, 1))
+        self._group_grad = mx.value_and_grad(group_loss)
         self._prompt_grad = mx.grad(prompt_pullback)
 
     def reference_logprobs(self, batches: list[GroupBatch]) -> list[list[mx.array]]:
@@ -306,44 +341,73 @@ class GrpoLearner:
         A non-finite loss or gradient skips that update (the weights stay as they were)
         and is counted in `nonfinite_skipped`.
         """
-        model, settings = self.model, self.settings
-        scaled = advantages([g.rewards.total for g in groups], settings.advantage_scale)
-        batches = group_batches(groups, scaled, self.eos_token_id, settings.micro_batch)
-        n_tokens = max(1, int(distributed.total(sum(c.mask.sum().item() for gb in batches for c in gb.chunks))))
+        settings = self.settings
+        batches = self.batches(groups)
+        local_tokens = trained_tokens(batches)
+        n_tokens = max(1, int(distributed.total(local_tokens)))  # every rank's: the loss is the whole step's mean
         refs = self.reference_logprobs(batches) if settings.kl_coef > 0 else None
         olds: dict[tuple[int, int], mx.array] = {}
         figures = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0, "nonfinite_skipped": 0}
-        for update in range(settings.updates_per_batch):
-            grads, loss, kl_sum, clip_sum = None, 0.0, 0.0, 0.0
-            for g, gb in enumerate(batches):
-                params = model.trainable_parameters()
-                kv = prompt_kv(model, gb.prompt)
-                mx.eval(kv)
-                kv_grad = None
-                for c, chunk in enumerate(gb.chunks):
-                    ref = refs[g][c] if refs is not None else None
-                    (part, (logp, kl, clip)), (param_grad, chunk_kv_grad) = self._chunk_grad(
-                        params, kv, model, gb.prompt, chunk, olds.get((g, c)), ref, settings, self.temperature,
-                        n_tokens)
-                    grads, kv_grad = _add(grads, param_grad), _add(kv_grad, chunk_kv_grad)
-                    mx.eval(part, logp, kl, clip, grads, kv_grad)
-                    if update == 0:
-                        olds[(g, c)] = logp  # the sampling policy: later updates measure their ratio against it
-                    loss, kl_sum, clip_sum = loss + part.item(), kl_sum + kl.item(), clip_sum + clip.item()
-                grads = _add(grads, self._prompt_grad(params, model, gb.prompt, kv_grad))
-                mx.eval(grads)
+        for _ in range(settings.updates_per_batch):
+            grads, sums = self.gradients(batches, refs, olds, n_tokens)
             if distributed.world().size > 1:  # each rank's loss is its share of the whole: sum them
                 grads = distributed.combine_gradients(
-                    grads if grads is not None else tree_map(mx.zeros_like, model.trainable_parameters()))
-                loss, kl_sum, clip_sum = distributed.total([loss, kl_sum, clip_sum])
+                    grads if grads is not None else tree_map(mx.zeros_like, self.model.trainable_parameters()))
+                sums = dict(zip(sums, distributed.total(list(sums.values()))))
             grads, norm = optim.clip_grad_norm(grads, settings.max_grad_norm)
             norm = norm.item()
-            if math.isfinite(loss) and math.isfinite(norm):
-                self.optimizer.update(model, grads)
-                mx.eval(model.parameters(), self.optimizer.state)
+            if math.isfinite(sums["loss"]) and math.isfinite(norm):
+                self.optimizer.update(self.model, grads)
+                mx.eval(self.model.parameters(), self.optimizer.state)
             else:
                 figures["nonfinite_skipped"] += 1
-            figures.update(loss=loss, kl=kl_sum / n_tokens, clip_fraction=clip_sum / n_tokens, grad_norm=norm,
-                           lr=self.optimizer.learning_rate.item())
-        figures["trained_tokens"] = n_tokens
+            figures.update(loss=sums["loss"], kl=sums["kl"] / n_tokens, clip_fraction=sums["clip"] / n_tokens,
+                           grad_norm=norm, lr=self.optimizer.learning_rate.item())
+        positions = sum(gb.positions for gb in batches)
+        figures.update(trained_tokens=n_tokens, padding_share=1.0 - local_tokens / positions if positions else 0.0)
         return figures
+
+    def batches(self, groups: list[Group]) -> list[GroupBatch]:
+        scaled = advantages([g.rewards.total for g in groups], self.settings.advantage_scale)
+        return group_batches(groups, scaled, self.eos_token_id, self.settings.micro_batch_tokens)
+
+    def gradients(self, batches: list[GroupBatch], refs: list[list[mx.array]] | None,
+                  olds: dict[tuple[int, int], mx.array], n_tokens: int) -> tuple[dict, dict[str, float]]:
+        """The loss's gradient over `batches` and its sums (loss, KL, clipped tokens).
+
+        With `olds` empty this is the batch's first pass, at the weights that sampled it:
+        its log-probs are the sampling policy's (old = current, no separate pass), and
+        they are put in `olds` for the passes that reuse the batch.
+        """
+        model, settings = self.model, self.settings
+        grads, sums = None, {"loss": 0.0, "kl": 0.0, "clip": 0.0}
+        first = not olds
+        params = model.trainable_parameters()
+        for g, gb in enumerate(batches):
+            group_refs = refs[g] if refs is not None else [None] * len(gb.chunks)
+            if first and len(gb.chunks) == 1:
+                (part, (logp, kl, clip)), param_grad = self._group_grad(
+                    params, model, gb.prompt, gb.chunks[0], group_refs[0], settings, self.temperature, n_tokens)
+                grads = _add(grads, param_grad)
+                mx.eval(part, logp, kl, clip, grads)
+                parts = [(part, logp, kl, clip)]
+            else:
+                kv = prompt_kv(model, gb.prompt)
+                mx.eval(kv)
+                kv_grad, parts = None, []
+                for c, chunk in enumerate(gb.chunks):
+                    (part, (logp, kl, clip)), (param_grad, chunk_kv_grad) = self._chunk_grad(
+                        params, kv, model, gb.prompt, chunk, None if first else olds[(g, c)], group_refs[c],
+                        settings, self.temperature, n_tokens)
+                    grads, kv_grad = _add(grads, param_grad), _add(kv_grad, chunk_kv_grad)
+                    mx.eval(part, logp, kl, clip, grads, kv_grad)
+                    parts.append((part, logp, kl, clip))
+                grads = _add(grads, self._prompt_grad(params, model, gb.prompt, kv_grad))
+                mx.eval(grads)
+            for c, (part, logp, kl, clip) in enumerate(parts):
+                if first:
+                    olds[(g, c)] = logp  # the sampling policy: later updates measure their ratio against it
+                sums["loss"] += part.item()
+                sums["kl"] += kl.item()
+                sums["clip"] += clip.item()
+        return grads, sums

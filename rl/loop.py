@@ -26,6 +26,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import mlx.core as mx
 import numpy as np
@@ -181,26 +182,8 @@ def _run_rl(request: RunRequest) -> dict | None:
                                    config.rollout.off_policy, min_history)
 
     def grpo_step(view: LiveView) -> dict:
-        rollout_start = time.perf_counter()
-        rollout, kept = collect_groups(
-            lambda: play(model, tokenizer, scorer, starts(games_per_round), config.rollout, rng),
-            groups_wanted, config.grpo.max_rollouts, config.grpo.tie_threshold,
-            on_round=lambda done, found: view.status(f"round {done + 1}, {found}/{groups_wanted} groups"))
-        update_start, rollout_peak = time.perf_counter(), mx.get_peak_memory()
-        mx.reset_peak_memory()
-        informative = int(distributed.total(len(kept)))
-        view.status(f"update, {informative} groups")
-        figures = grpo.update(kept) if informative else {"skipped": "no informative group"}
-        stats = whole_step({**rollout.stats(config.rollout.temperature), "groups": len(rollout.groups),
-                            "secrets": sorted({g.secret for g in rollout.games}),
-                            "group_rewards": [[round(float(x), 4) for x in g.rewards.total]
-                                              for g in rollout.groups]}, len(rollout.groups))
-        return {**stats, **figures, "informative_groups": informative,
-                "dropped_fraction": 1.0 - informative / stats["groups"],
-                "rollout_seconds": update_start - rollout_start,
-                "update_seconds": time.perf_counter() - update_start,
-                "rollout_peak_memory_gb": rollout_peak / 1e9, "update_peak_memory_gb": mx.get_peak_memory() / 1e9,
-                "gen_tokens_per_s": stats["answer_tokens"] / (update_start - rollout_start)}
+        return run_grpo_step(model, tokenizer, scorer, grpo, config, lambda: starts(games_per_round), rng,
+                             view.status, groups_wanted)
 
     def ei_step(view: LiveView) -> dict:
         view.status(f"{ei_starts} {'games' if ei_played else 'positions'}")
@@ -316,6 +299,44 @@ def _saved_best(checkpoint: Checkpoint) -> dict | None:
     if best is not None and not (isinstance(best, dict) and type(best.get("step")) is int):
         raise UserError(f"checkpoint {checkpoint.path} is corrupt: its best eval has no step")
     return best
+
+
+def run_grpo_step(model, tokenizer, scorer: RewardScorer, learner: GrpoLearner, config: RLConfig,
+                  fresh_starts: Callable[[], list], rng: np.random.Generator,
+                  status: Callable[[str], None] = lambda doing: None, groups_wanted: int | None = None) -> dict:
+    """One GRPO step: rounds of fresh games (`fresh_starts()` draws each round's start
+    states) until enough informative groups (`groups_wanted`, this process's share under
+    mlx.launch), then one update; its metrics.jsonl record, over every process.
+
+    Besides the learning figures, the record says what the step's time went into:
+    answer tokens per second of the rollout, trained (answer) tokens per second of the
+    update, each one's share of the step, and the share of the update's micro-batch
+    positions that were padding.
+    """
+    rollout_start = time.perf_counter()
+    wanted = config.grpo.groups_per_step if groups_wanted is None else groups_wanted
+    rollout, kept = collect_groups(
+        lambda: play(model, tokenizer, scorer, fresh_starts(), config.rollout, rng),
+        wanted, config.grpo.max_rollouts, config.grpo.tie_threshold,
+        on_round=lambda done, found: status(f"round {done + 1}, {found}/{wanted} groups"))
+    update_start, rollout_peak = time.perf_counter(), mx.get_peak_memory()
+    mx.reset_peak_memory()
+    informative = int(distributed.total(len(kept)))
+    status(f"update, {informative} groups")
+    figures = learner.update(kept) if informative else {"skipped": "no informative group"}
+    update_end = time.perf_counter()
+    stats = whole_step({**rollout.stats(config.rollout.temperature), "groups": len(rollout.groups),
+                        "secrets": sorted({g.secret for g in rollout.games}),
+                        "group_rewards": [[round(float(x), 4) for x in g.rewards.total] for g in rollout.groups]},
+                       len(rollout.groups))
+    rollout_seconds, update_seconds = update_start - rollout_start, update_end - update_start
+    return {**stats, **figures, "informative_groups": informative,
+            "dropped_fraction": 1.0 - informative / stats["groups"],
+            "rollout_seconds": rollout_seconds, "update_seconds": update_seconds,
+            "rollout_share": rollout_seconds / (rollout_seconds + update_seconds),
+            "rollout_peak_memory_gb": rollout_peak / 1e9, "update_peak_memory_gb": mx.get_peak_memory() / 1e9,
+            "rollout_tokens_per_s": stats["answer_tokens"] / rollout_seconds,
+            "update_tokens_per_s": figures.get("trained_tokens", 0) / update_seconds}
 
 
 def _start_run_folder(out: Path, model_spec: str, adapter: str | None, config: RLConfig) -> None:

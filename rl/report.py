@@ -33,7 +33,9 @@ LIVE_FIGURES = (
     ("reward", "reward_mean", "{:.3f}"), ("reward std", "reward_std", "{:.3f}"), ("win rate", "win_rate", "{:.1%}"),
     ("invalid", "invalid_rate", "{:.1%}"), ("dropped groups", "dropped_fraction", "{:.1%}"),
     ("expert targets", "expert_fraction", "{:.1%}"), ("loss", "loss", "{:.4f}"), ("KL", "kl", "{:.4f}"),
-    ("tokens/s", "tokens_per_s", "{:.1f}"), ("seconds", "seconds", "{:.1f}"),
+    ("tokens/s", "tokens_per_s", "{:.1f}"), ("rollout answer tokens/s", "rollout_tokens_per_s", "{:.1f}"),
+    ("update trained tokens/s", "update_tokens_per_s", "{:.1f}"), ("rollout share", "rollout_share", "{:.0%}"),
+    ("update padding", "padding_share", "{:.1%}"), ("seconds", "seconds", "{:.1f}"),
     ("peak memory GB", "peak_memory_gb", "{:.2f}"),
 )
 

@@ -1,9 +1,9 @@
 """Rollouts: whole games played by the model, a group of answers at every position.
 
-Every round, each unfinished game asks for `group_size` answers to its current
-position, all games and all members in one batched generation (the prompt's KV
-cache is prefilled once per position and shared by its group). The kernel scores
-each group; one member is played — the best, or one drawn at random so later turns
+Each game asks for `group_size` answers to its current position; all games and
+all members share one running batch (the prompt's KV cache is prefilled once per
+position and shared by its group), and a game moves on as soon as its own group
+has answered. The kernel scores each group; one member is played — the best, or one drawn at random so later turns
 stay on-policy — and the games advance. An unplayable answer costs a turn's chance
 without being played (the next prompt names it); three in a row lose the game, as in eval.
 """
@@ -16,7 +16,7 @@ import numpy as np
 
 from eval.harness import GameRecord
 from llm.format import Rejection, prompt_tokens
-from llm.generation import Completion, SamplingSettings, sample
+from llm.generation import Completion, GroupStream, SamplingSettings, shared_prefix_length
 from rl.reward import COMPONENTS, GroupRewards, RewardScorer
 from sft.states import StartState
 from solver.state import GameState
@@ -90,22 +90,42 @@ def choose_member(rewards: GroupRewards, how: str, rng: np.random.Generator) -> 
 
 def play(model, tokenizer, scorer: RewardScorer, starts: list[StartState],
          settings: RolloutSettings, rng: np.random.Generator) -> Rollout:
-    """Play every start state to the end; returns each position's group and each game."""
+    """Play every start state to the end; returns each position's group (game by game, in
+    the order played) and each game.
+
+    Games are independent streams in one running batch (llm/generation.py GroupStream):
+    as soon as a position's whole group has answered, it is scored, the game advances
+    and its next position joins the batch, while other games' answers are still being
+    written. Which member advances a game is drawn in the order groups finish, which
+    the seed fixes.
+    """
     games = [GameRecord(s.secret, s.state) for s in starts]
     columns = scorer.setup.lists.secrets(scorer.setup.secret_kind)
     column_of = {w: i for i, w in enumerate(columns)}
-    rollout = Rollout(games=games)
-    active = [g for g in games if not g.over]
-    while active:
-        prompts = [prompt_tokens(tokenizer, g.state, g.rejected) for g in active]
-        answers = sample(model, tokenizer, prompts, settings.group_size, settings.sampling, settings.batch_size)
-        for game, prompt, completions in zip(active, prompts, answers):
+    first = [prompt_tokens(tokenizer, g.state, g.rejected) for g in games]
+    prefix = first[0][:shared_prefix_length(first)] if first else None
+    stream = GroupStream(model, tokenizer, settings.sampling, settings.batch_size, prefix)
+    asked: dict[int, tuple[int, list[int]]] = {}  # group id -> (game, prompt)
+    played: list[tuple[int, int, Group]] = []  # (game, group id, group)
+
+    def ask(index: int, prompt: list[int]) -> None:
+        asked[stream.submit(prompt, settings.group_size)] = (index, prompt)
+
+    for index, (game, prompt) in enumerate(zip(games, first)):
+        if not game.over:
+            ask(index, prompt)
+    while stream:
+        for group_id, completions in stream.finished():
+            index, prompt = asked.pop(group_id)
+            game = games[index]
             rewards = scorer.score([c.text for c in completions], game.state, game.secret)
-            rollout.groups.append(Group(game.state, game.secret, prompt, completions, rewards, game.rejected))
-            pick = choose_member(rewards, settings.choose, rng)
-            _advance(game, rewards, pick, scorer, column_of[game.secret])
-        active = [g for g in active if not g.over]
-    return rollout
+            played.append((index, group_id, Group(game.state, game.secret, prompt, completions, rewards,
+                                                     game.rejected)))
+            _advance(game, rewards, choose_member(rewards, settings.choose, rng), scorer, column_of[game.secret])
+            if not game.over:
+                ask(index, prompt_tokens(tokenizer, game.state, game.rejected))
+    stream.close()
+    return Rollout(groups=[group for _, _, group in sorted(played, key=lambda p: p[:2])], games=games)
 
 
 def _advance(game: GameRecord, rewards: GroupRewards, pick: int, scorer: RewardScorer, column: int) -> None:

@@ -82,7 +82,7 @@ def grpo_update(model_dir: str, setup) -> tuple[dict[str, np.ndarray], dict]:
         completions = [Completion(t, tuple(tokenizer.encode(t, add_special_tokens=False)), "stop") for t in texts]
         groups.append(Group(state, secret, prompt_tokens(tokenizer, state), completions,
                             scorer.score(texts, state, secret)))
-    learner = GrpoLearner(model, GrpoSettings(micro_batch=3, max_grad_norm=1e9), 0.7, tokenizer.eos_token_id)
+    learner = GrpoLearner(model, GrpoSettings(micro_batch_tokens=48, max_grad_norm=1e9), 0.7, tokenizer.eos_token_id)
     learner.optimizer = optim.SGD(learning_rate=1.0)
     figures = learner.update(distributed.mine(groups))
     return _weights(model), {k: figures[k] for k in ("loss", "kl", "grad_norm", "trained_tokens")}

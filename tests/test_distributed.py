@@ -40,7 +40,7 @@ needs_launch = pytest.mark.skipif(MLX_LAUNCH is None, reason="mlx.launch is not 
 # TINY_RUN with enough games, groups, positions and examples per step for two processes.
 TWO_RANK_RUN = {**TINY_RUN, "rollout": {**TINY_RUN["rollout"], "games_per_round": 2},
                 "grpo": {**TINY_RUN["grpo"], "groups_per_step": 2},
-                "ei": {**TINY_RUN["ei"], "states_per_step": 2, "batch_size": 2}}
+                "ei": {**TINY_RUN["ei"], "positions": "sampled", "states_per_step": 2, "batch_size": 2}}
 RL_FILES = {"adapter", "best", "best.json", "checkpoints", "config.json", "latest", "metrics.jsonl", "run.json",
             "start_adapter"}
 
@@ -166,8 +166,8 @@ def test_two_rank_rl_run_killed_mid_save_resumes_exactly(tmp_path, tiny_model_di
     records = metrics(whole)
     assert [(r["step"], r["phase"]) for r in records] == [(0, "heldout"), (1, "ei"), (2, "grpo"), (2, "heldout"),
                                                           (3, "ei"), (3, "heldout")]
-    timing = {"seconds", "tokens_per_s", "gen_tokens_per_s", "peak_memory_gb", "rollout_seconds",
-              "update_seconds", "rollout_peak_memory_gb", "update_peak_memory_gb"}
+    timing = {"seconds", "tokens_per_s", "rollout_tokens_per_s", "update_tokens_per_s", "rollout_share",
+              "peak_memory_gb", "rollout_seconds", "update_seconds", "rollout_peak_memory_gb", "update_peak_memory_gb"}
     assert [{k: v for k, v in r.items() if k not in timing} for r in metrics(out)] == \
         [{k: v for k, v in r.items() if k not in timing} for r in records]
     grpo = records[2]  # both ranks' games: one each per round, up to 2 rounds

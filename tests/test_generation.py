@@ -1,4 +1,5 @@
-"""Batched sampling: the shared system-prompt and group caches change no answer."""
+"""Batched sampling: the shared system-prompt and group caches, and prompts joining a running
+batch, change no answer."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from mlx_lm import stream_generate
 from mlx_lm.sample_utils import make_sampler
 
 from llm.format import prompt_tokens
-from llm.generation import SamplingSettings, _prefill, sample, shared_prefix_length
+from llm.generation import GroupStream, SamplingSettings, _prefill, sample, shared_prefix_length
 from llm.loading import load_model
 from solver.feedback import feedback
 from solver.setup import load_setup
@@ -62,12 +63,20 @@ def test_caches_continued_from_a_short_shared_prefix_keep_their_own_prompts(tiny
     """Prompts under mlx-lm's 256-position cache step, as the default model's are (89-token system
     prefix, 113-290-token prompts): each group's cache continues the prefix's and must not write
     into its buffer (a bug that once gave every group but the last another group's prompt tail)."""
-    model, _ = load_model(str(tiny_model_dir))
+    model, tokenizer = load_model(str(tiny_model_dir))
     prefix = list(range(3, 90))
     tails = [list(range(100, 140)), list(range(150, 170))]
     shared = _prefill(model, prefix)
     continued = [_prefill(model, tail, shared) for tail in tails]
-    for cache, tokens in zip(continued, (prefix + t for t in tails)):
+    cut = _prefill(model, [], shared, 50)
+    # A stream continues a new prompt from the longest prefix it knows: here the first group's prompt.
+    stream = GroupStream(model, tokenizer, GREEDY, prefix=prefix)
+    stream.submit(prefix + tails[0], 2)
+    later = prefix + tails[0][:30] + [7, 8]
+    length, remembered = stream._prefix_cache(later)
+    stream.close()
+    assert length == len(prefix) + 30
+    for cache, tokens in [*zip(continued, (prefix + t for t in tails)), (cut, prefix[:50]), (remembered, later[:length])]:
         for layer, own in zip(cache, _prefill(model, tokens)):
             keys, _, offset = layer.state
             own_keys, _, own_offset = own.state
@@ -80,3 +89,25 @@ def test_group_members_sample_independently(tiny_model_dir: Path) -> None:  # no
     mx.random.seed(0)
     (group,) = sample(model, tokenizer, _prompts(tokenizer)[1:2], 6, SamplingSettings(temperature=1.0, max_tokens=12))
     assert len({c.tokens for c in group}) > 1
+
+
+def test_prompts_joining_a_running_batch_get_the_answers_they_would_alone(tiny_model_dir: Path) -> None:  # noqa: F811
+    model, tokenizer = load_model(str(tiny_model_dir))
+    prompts = _prompts(tokenizer)
+    expected = [_one_by_one(model, tokenizer, p) for p in prompts]
+    # The stream's prefix reaches past what later prompts share: it is cut back for them.
+    stream = GroupStream(model, tokenizer, GREEDY, batch_size=4, prefix=prompts[1][:-1])
+    asked = {stream.submit(prompts[1], 2): 1}
+    got: dict[int, list] = {}
+    while stream:
+        finished = stream.finished()
+        assert finished  # a call returns once a group is complete
+        for group, completions in finished:
+            got[asked.pop(group)] = [c.tokens for c in completions]
+            if len(got) == 1:  # submitted while nothing else is running, and while the last one runs
+                asked[stream.submit(prompts[0], 3)] = 0
+                asked[stream.submit(prompts[2], 1)] = 2
+    stream.close()
+    assert got == {0: [expected[0]] * 3, 1: [expected[1]] * 2, 2: [expected[2]]}
+    assert stream.answer_tokens == sum(len(t) for answers in got.values() for t in answers)
+    assert stream.finished() == []

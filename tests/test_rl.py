@@ -31,9 +31,10 @@ from llm.generation import Completion
 from llm.loading import load_model
 from rl.config import RLConfig, build_config, load_config_file
 from rl.expert_iteration import EISettings, ExpertIteration, expert_policy, passing_answers, truthful_target
-from rl.grpo import (GrpoLearner, GrpoSettings, adapter_disabled, answer_logprobs, collect_groups,
-                     advantages, group_batches, prompt_kv)
-from rl.loop import PhaseOptimizers, RunRequest, run_rl
+from rl.grpo import (KL_LOG_RATIO_CLAMP, KL_TOKEN_CLAMP, GrpoLearner, GrpoSettings, adapter_disabled,
+                     answer_logprobs, answer_tokens, collect_groups, advantages, group_batches, length_chunks,
+                     prompt_kv)
+from rl.loop import PhaseOptimizers, RunRequest, run_grpo_step, run_rl
 from rl.policy import load_policy
 from rl.report import LiveView, curves, sparkline
 from rl.reward import RewardScorer
@@ -48,14 +49,14 @@ from solver.feedback import feedback
 from solver.setup import load_setup
 
 REPO = Path(__file__).resolve().parent.parent
-TIMING = {"seconds", "tokens_per_s", "gen_tokens_per_s", "peak_memory_gb", "rollout_seconds", "update_seconds",
-          "rollout_peak_memory_gb", "update_peak_memory_gb"}
+TIMING = {"seconds", "tokens_per_s", "rollout_tokens_per_s", "update_tokens_per_s", "rollout_share", "peak_memory_gb",
+          "rollout_seconds", "update_seconds", "rollout_peak_memory_gb", "update_peak_memory_gb"}
 # A run small enough for the tiny model on 2 cores: EI first, so the GRPO rollouts that
 # follow depend on weights a resume must have restored; held-out evals at steps 0, 2 and 3.
 TINY_RUN = {
     "steps": 3, "schedule": "ei:1,grpo:1", "checkpoint_every": 1, "seed": 3, "eval_every": 2, "eval_games": 3,
     "rollout": {"group_size": 2, "games_per_round": 1, "max_tokens": 10, "batch_size": 8, "max_history": 2},
-    "grpo": {"groups_per_step": 1, "max_rollouts": 2, "micro_batch": 2},
+    "grpo": {"groups_per_step": 1, "max_rollouts": 2, "micro_batch_tokens": 20},
     "ei": {"states_per_step": 2, "samples": 2, "sft_steps": 1, "batch_size": 2, "learning_rate": 1e-3},
     "lora": {"rank": 2},
 }
@@ -147,7 +148,7 @@ def test_live_view_says_what_the_running_step_does():
 def test_shared_prompt_gradient_equals_whole_sequence_gradient(lora_model, setup, scorer):
     model, tokenizer = lora_model
     group = hand_made_group(tokenizer, scorer, setup, MIXED)
-    settings = GrpoSettings(kl_coef=0.0, micro_batch=3)
+    settings = GrpoSettings(kl_coef=0.0, micro_batch_tokens=3)
     learner = GrpoLearner(model, settings, 0.7, tokenizer.eos_token_id)
     batch = group_batches([group], advantages([group.rewards.total], "group"), tokenizer.eos_token_id, 3)[0]
     n = int(sum(c.mask.sum().item() for c in batch.chunks))
@@ -176,18 +177,81 @@ def test_shared_prompt_gradient_equals_whole_sequence_gradient(lora_model, setup
     assert max(float(mx.abs(got[k] - want[k]).max()) for k in want) < 1e-4 * scale
 
 
+def plain_grpo_loss(model, groups, settings: GrpoSettings, temperature: float, eos: int):
+    """The GRPO loss of one update written out plainly: every answer after its whole prompt,
+    one row at a time, the reference a second full pass with the adapter off, old = current."""
+    scaled = advantages([g.rewards.total for g in groups], settings.advantage_scale)
+    rows = [(g.prompt, answer_tokens(c, eos), float(a)) for g, adv in zip(groups, scaled)
+            for c, a in zip(g.completions, adv)]
+    n_tokens = sum(len(answer) for _, answer, _ in rows)
+
+    def logprobs(m, prompt, answer):
+        tokens = mx.array(prompt + answer)[None]
+        return -nn.losses.cross_entropy(m(tokens[:, :-1])[0, len(prompt) - 1:] / temperature, mx.array(answer))
+
+    with adapter_disabled(model):
+        refs = [mx.stop_gradient(logprobs(model, p, a)) for p, a, _ in rows]
+
+    def loss(m):
+        total = 0.0
+        for (prompt, answer, adv), ref in zip(rows, refs):
+            logp = logprobs(m, prompt, answer)
+            ratio = mx.exp(logp - mx.stop_gradient(logp))
+            delta = mx.clip(ref - logp, -KL_LOG_RATIO_CLAMP, KL_LOG_RATIO_CLAMP)
+            kl = mx.minimum(mx.exp(delta) - delta - 1.0, KL_TOKEN_CLAMP)
+            total = total + (-ratio * adv + settings.kl_coef * kl).sum() / n_tokens
+        return total
+
+    return nn.value_and_grad(model, loss)(model), n_tokens
+
+
+@pytest.mark.parametrize("micro_batch_tokens", [10_000, 12])  # a group in one graph; answers in micro-batches
+def test_update_gradient_equals_the_plain_computation(lora_model, setup, scorer, micro_batch_tokens):
+    model, tokenizer = lora_model
+    groups = [hand_made_group(tokenizer, scorer, setup, MIXED),
+              hand_made_group(tokenizer, scorer, setup, [BAD, GOOD, GOOD], secret="crane")]
+    settings = GrpoSettings(kl_coef=0.5, micro_batch_tokens=micro_batch_tokens)
+    learner = GrpoLearner(model, settings, 0.7, tokenizer.eos_token_id)
+    # Nudge the adapter off the reference so the KL term has a gradient too.
+    model.update(tree_map(lambda p: p * 3.0, model.trainable_parameters()))
+    (want_loss, want), n_tokens = plain_grpo_loss(model, groups, settings, 0.7, tokenizer.eos_token_id)
+    batches = learner.batches(groups)
+    assert all((len(gb.chunks) == 1) == (micro_batch_tokens > 100) for gb in batches)
+    grads, sums = learner.gradients(batches, learner.reference_logprobs(batches), {}, n_tokens)
+    assert sums["loss"] == pytest.approx(want_loss.item(), abs=1e-5)
+    assert sums["kl"] > 0
+    got, want = dict(tree_flatten(grads)), dict(tree_flatten(want))
+    scale = max(float(mx.abs(v).max()) for v in want.values())
+    assert max(float(mx.abs(got[k] - want[k]).max()) for k in want) < 1e-5 * scale
+
+
+def test_micro_batches_are_sized_by_tokens_and_kl_free_updates_skip_the_reference(lora_model, setup, scorer):
+    assert length_chunks([5, 30, 10, 9, 2], 40) == [[1], [2, 3, 0, 4]]  # longest first, rows x longest <= 40
+    assert length_chunks([50, 3], 10) == [[0], [1]]  # an answer longer than the budget goes alone
+    model, tokenizer = lora_model
+    learner = GrpoLearner(model, GrpoSettings(kl_coef=0.0), 1.0, tokenizer.eos_token_id)
+    passes = []
+    learner.reference_logprobs = lambda batches: passes.append(batches)
+    group = hand_made_group(tokenizer, scorer, setup, MIXED)
+    figures = learner.update([group])
+    lengths = [len(answer_tokens(c, tokenizer.eos_token_id)) for c in group.completions]
+    assert passes == [] and figures["trained_tokens"] == sum(lengths)
+    assert figures["padding_share"] == pytest.approx(1 - sum(lengths) / (4 * max(lengths)))
+
+
 def test_grpo_updates_change_the_adapter_towards_the_better_answer(lora_model, setup, scorer):
     model, tokenizer = lora_model
     group = hand_made_group(tokenizer, scorer, setup, MIXED)
     assert group.rewards.total[0] > group.rewards.total[3] > group.rewards.total[2] == group.rewards.total[1]
-    learner = GrpoLearner(model, GrpoSettings(learning_rate=1e-3, kl_coef=0.0, micro_batch=2), 1.0,
+    learner = GrpoLearner(model, GrpoSettings(learning_rate=1e-3, kl_coef=0.0, micro_batch_tokens=2), 1.0,
                           tokenizer.eos_token_id)
-    batch = group_batches([group], [np.zeros(4)], tokenizer.eos_token_id, 4)[0]
+    prompt = mx.array(group.prompt)
+    ends = [answer_tokens(c, tokenizer.eos_token_id) for c in group.completions[:2]]  # the best and the worst
 
     def logprob_gap() -> float:
-        logp = (answer_logprobs(model, prompt_kv(model, batch.prompt), batch.prompt, batch.chunks[0].answers, 1.0)
-                * batch.chunks[0].mask).sum(axis=1)
-        return (logp[0] - logp[1]).item()  # best answer minus worst
+        kv = prompt_kv(model, prompt)
+        best, worst = (answer_logprobs(model, kv, prompt, mx.array([a]), 1.0).sum().item() for a in ends)
+        return best - worst
 
     before, gap_before = weights_of(model), logprob_gap()
     figures = [learner.update([group]) for _ in range(3)]
@@ -268,6 +332,29 @@ def test_rollouts_play_whole_games_with_a_group_at_every_position(lora_model, se
         assert len(game.rejected) == 3
         for k, group in enumerate(groups):
             assert group.prompt == prompt_tokens(tokenizer, group.state, game.rejected[:k])
+    # Games advance as their own groups finish, in one running batch: the same seed plays the same.
+    assert [g.secret for g in rollout.groups] == [s.secret for s in starts for _ in range(3)]  # game by game
+    mx.random.seed(1)
+    again = play(model, tokenizer, scorer, starts, settings, np.random.default_rng(1))
+    assert [[c.tokens for c in g.completions] for g in again.groups] == [[c.tokens for c in g.completions]
+                                                                         for g in rollout.groups]
+
+
+def test_a_grpo_step_says_what_its_time_went_into(lora_model, setup, scorer):
+    model, tokenizer = lora_model
+    config = build_config({"rollout": {"group_size": 3, "games_per_round": 2, "max_tokens": 8},
+                           "grpo": {"tie_threshold": 0.0, "groups_per_step": 1, "micro_batch_tokens": 16}})
+    learner = GrpoLearner(model, config.grpo, config.rollout.temperature, tokenizer.eos_token_id)
+    rng = np.random.default_rng(2)
+    record = run_grpo_step(model, tokenizer, scorer, learner, config,
+                           lambda: sample_start_states(setup, setup.solver(), ["bunny", "crane"], 2, rng, 2), rng)
+    assert record["informative_groups"] == record["groups"] > 0  # a 0 threshold keeps tied groups
+    assert record["rollout_tokens_per_s"] == pytest.approx(record["answer_tokens"] / record["rollout_seconds"])
+    assert record["update_tokens_per_s"] == pytest.approx(record["trained_tokens"] / record["update_seconds"])
+    assert record["rollout_share"] == pytest.approx(
+        record["rollout_seconds"] / (record["rollout_seconds"] + record["update_seconds"]))
+    assert 0 < record["rollout_share"] < 1 and 0 <= record["padding_share"] < 1
+    assert record["trained_tokens"] >= record["answer_tokens"]  # an answer that ended on eos trains it too
 
 
 def test_passing_answers_keep_good_samples_and_the_solver_move(setup, scorer, tiny_model_dir):  # noqa: F811
@@ -464,7 +551,7 @@ def test_a_run_logs_every_step_and_never_plays_held_out_secrets(reference_run, t
     # The tiny model answers garbage: every group ties, is dropped, and the step is skipped.
     assert grpo["dropped_fraction"] == 1.0 and grpo["skipped"] and grpo["games"] == 2
     for key in ("reward_mean", "reward_std", "reward_format", "reward_win", "win_rate", "invalid_rate",
-                "tokens_per_s", "peak_memory_gb"):
+                "tokens_per_s", "rollout_tokens_per_s", "update_tokens_per_s", "rollout_share", "peak_memory_gb"):
         assert key in grpo
     assert records[0]["expert_fraction"] == 1.0 and math.isfinite(records[0]["loss"])
     assert not any(is_held_out(s) for r in records for s in r["secrets"])

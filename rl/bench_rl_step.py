@@ -1,0 +1,95 @@
+"""Benchmark: multi-turn GRPO steps on the README pipeline's RL settings, what each is made of.
+
+Each step plays `--games` fresh whole games with a group of `--group-size` answers at
+every position (up to `--max-tokens` each), then makes one update, exactly as `rl`
+does (rl/loop.py run_grpo_step). Reported, as medians over the steps after the first
+(warm-up): rollout answer tokens/s, update trained tokens/s, step seconds, the
+rollout's share of the step, the update's padding share, and peak memory of each
+phase. Every group is trained (`tie_threshold` 0), so the update's work does not hang
+on how many groups the start model happens to tie.
+
+    python -m rl.bench_rl_step --adapter SFT/adapter --steps 4 --json step.json
+"""
+
+from __future__ import annotations
+
+from llm.blas import ensure_fast_blas
+
+if __name__ == "__main__":
+    ensure_fast_blas()  # before mlx loads
+
+import json  # noqa: E402
+import statistics
+
+import click
+import mlx.core as mx
+import numpy as np
+
+from eval.splits import trainable
+from rl.config import build_config
+from rl.grpo import GrpoLearner
+from rl.loop import run_grpo_step
+from rl.pipeline import PipelineSettings
+from rl.policy import load_policy
+from rl.reward import RewardScorer
+from sft.states import sample_start_states
+from solver.fileio import atomic_write_json
+from solver.setup import load_setup
+
+PIPELINE = PipelineSettings()
+FIGURES = ("seconds", "rollout_tokens_per_s", "update_tokens_per_s", "rollout_share", "padding_share",
+           "answer_tokens", "trained_tokens", "rollout_peak_memory_gb", "update_peak_memory_gb")
+
+
+@click.command()
+@click.option("--model", default="default", show_default=True)
+@click.option("--adapter", type=click.Path(file_okay=False), default=None, help="Start adapter (an SFT run's).")
+@click.option("-G", "--group-size", type=click.IntRange(2), default=PIPELINE.group_size, show_default=True)
+@click.option("--games", type=click.IntRange(1), default=PIPELINE.rl_games, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(8), default=PIPELINE.max_tokens, show_default=True)
+@click.option("--steps", type=click.IntRange(2), default=4, show_default=True, help="The first is warm-up.")
+@click.option("--batch-size", type=click.IntRange(1), default=None, help="Sequences generated at once.")
+@click.option("--micro-batch-tokens", type=click.IntRange(1), default=None)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def main(model, adapter, group_size, games, max_tokens, steps, batch_size, micro_batch_tokens, seed,
+         json_path) -> None:
+    overrides = {"seed": seed, "rollout.group_size": group_size, "rollout.games_per_round": games,
+                 "rollout.max_tokens": max_tokens, "grpo.learning_rate": PIPELINE.grpo_lr,
+                 "grpo.groups_per_step": PIPELINE.grpo_groups, "grpo.max_rollouts": 1, "grpo.tie_threshold": 0.0}
+    if batch_size is not None:
+        overrides["rollout.batch_size"] = batch_size
+    if micro_batch_tokens is not None:
+        overrides["grpo.micro_batch_tokens"] = micro_batch_tokens
+    config = build_config({}, overrides, "bench")
+    setup = load_setup(config.secrets)
+    secrets = trainable(setup.lists.secrets(config.secrets))
+    solver, scorer, rng = setup.solver(), RewardScorer(setup, config.reward), np.random.default_rng(seed)
+    mx.random.seed(seed)
+    policy = load_policy(model, adapter, config.lora)
+    learner = GrpoLearner(policy.model, config.grpo, config.rollout.temperature, policy.tokenizer.eos_token_id)
+
+    def fresh_starts():
+        return sample_start_states(setup, solver, secrets, games, rng, config.rollout.max_history,
+                                   config.rollout.off_policy)
+
+    records = []
+    for _ in range(steps):
+        mx.reset_peak_memory()
+        record = run_grpo_step(policy.model, policy.tokenizer, scorer, learner, config, fresh_starts, rng)
+        record["seconds"] = record["rollout_seconds"] + record["update_seconds"]
+        records.append({key: record.get(key) for key in FIGURES})
+        click.echo(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in records[-1].items()}),
+                   err=True)
+    timed = records[1:]
+    summary = {"model": model, "adapter": adapter, "group_size": group_size, "games": games, "max_tokens": max_tokens,
+               "batch_size": config.rollout.batch_size, "micro_batch_tokens": config.grpo.micro_batch_tokens,
+               "steps": steps, **{f"median_{key}": statistics.median(r[key] for r in timed) for key in FIGURES},
+               "per_step": records}
+    click.echo(json.dumps({k: v for k, v in summary.items() if k != "per_step"}))
+    if json_path:
+        atomic_write_json(json_path, summary)
+
+
+if __name__ == "__main__":
+    main()
