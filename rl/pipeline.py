@@ -52,6 +52,8 @@ class PipelineSettings:
     rl_eval_every: int = 0  # 0: no validation evals, RL's last policy is compared
     ei_lr: float = 3e-4
     ei_sft_steps: int = 4
+    ei_games: int = 4  # games the model plays per expert-iteration step; every position they reach is taught
+    ei_samples: int = 2  # answers sampled per position (one advances the game; a good one is kept)
     grpo_lr: float = 1e-4
     grpo_groups: int = 4  # informative groups per GRPO step, from one round of games
     eval_games: int = 32  # test games per model in the comparison
@@ -61,6 +63,7 @@ class PipelineSettings:
         if self.sft_games > MAX_GAMES:
             raise UserError(f"--sft-games must be at most {MAX_GAMES:,}, got {self.sft_games}")
         for name in ("sft_games", "sft_iters", "rl_steps", "group_size", "rl_games", "rl_eval_games", "ei_sft_steps",
+                     "ei_games", "ei_samples",
                      "grpo_groups", "eval_games", "max_tokens"):
             if getattr(self, name) <= 0:
                 raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
@@ -129,6 +132,7 @@ def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) ->
                                   "rollout.max_tokens": settings.max_tokens, "checkpoint_every": 1,
                                   "eval_games": settings.rl_eval_games, "eval_every": settings.rl_eval_every,
                                   "ei.learning_rate": settings.ei_lr, "ei.sft_steps": settings.ei_sft_steps,
+                                  "ei.games_per_step": settings.ei_games, "ei.samples": settings.ei_samples,
                                   "grpo.learning_rate": settings.grpo_lr, "grpo.groups_per_step": settings.grpo_groups,
                                   "grpo.max_rollouts": 1},
                              "pipeline")
