@@ -135,6 +135,8 @@ def summarise(games: list[GameRecord], seconds: float) -> dict:
     # The answer right after a refused one: does the model give the refused word again?
     retries = [(a, b) for g in games for a, b in zip(g.moves, g.moves[1:]) if a.failure is not None]
     measured = [m for m in played if m.consistent is not None]
+    # Every opener fits the (empty) feedback: the rate after it is the one that shows feedback being used.
+    later = [m for g in games for m in [m for m in g.moves if m.failure is None][1:] if m.consistent is not None]
 
     def rate(count: int, total: int) -> float | None:
         return round(count / total, 4) if total else None
@@ -157,6 +159,7 @@ def summarise(games: list[GameRecord], seconds: float) -> dict:
         "refused_again_rate": rate(sum(b.guess is not None and b.guess == a.guess for a, b in retries),
                                    len(retries)),
         "consistency_rate": rate(sum(bool(m.consistent) for m in measured), len(measured)),
+        "later_consistency_rate": rate(sum(bool(m.consistent) for m in later), len(later)),
         "mean_regret_bits": round(float(np.mean([m.regret_bits for m in measured])), 4) if measured else None,
         "mean_regret_expected_left": round(float(np.mean([m.regret_expected for m in measured])), 3) if measured else None,
         "lost_to_invalid": sum(g.invalid_streak >= MAX_INVALID_IN_A_ROW for g in games),

@@ -24,6 +24,7 @@ FIGURES = (
     ("repeat rate", "repeat_rate", "{:.1%}"),
     ("refused word again", "refused_again_rate", "{:.1%}"),
     ("consistency rate", "consistency_rate", "{:.1%}"),
+    ("consistency after the opener", "later_consistency_rate", "{:.1%}"),
     ("mean regret (bits)", "mean_regret_bits", "{:.3f}"),
     ("mean regret (expected left)", "mean_regret_expected_left", "{:.2f}"),
     ("seconds", "seconds", "{:.2f}"),

@@ -24,7 +24,7 @@ from solver.setup import Setup
 
 # The summary figures a training run logs for its held-out games (eval/harness.py names them).
 FIGURES = ("games", "wins", "win_rate", "mean_guesses", "format_valid_rate", "invalid_word_rate", "repeat_rate",
-           "consistency_rate", "mean_regret_bits", "lost_to_invalid")
+           "consistency_rate", "later_consistency_rate", "mean_regret_bits", "lost_to_invalid")
 
 
 class HeldOutEval:

@@ -94,6 +94,18 @@ def test_repeats_and_consistency_are_measured(setup):
     assert summary["repeat_rate"] == 0.2  # 1 of 5 answers
     assert games[0].state.won and len(games[0].state.turns) == 4
     assert summary["consistency_rate"] == 1.0
+    assert summary["later_consistency_rate"] == 1.0  # the 3 guesses after the opener
+
+
+def test_consistency_after_the_opener_leaves_the_opener_out(setup):
+    def answer(state):
+        return format_answer("x", "salet" if not state.turns else "zzzzz" if len(state.turns) == 2 else "pzazz")
+
+    summary, games = evaluate(TextPlayer(answer), setup, ["crane"], show_progress=False)
+    played = [m for m in games[0].moves if m.failure is None]
+    assert [m.guess for m in played] == ["salet", "pzazz"] and played[1].consistent is False
+    assert summary["consistency_rate"] == 0.5  # the opener counts, and always fits
+    assert summary["later_consistency_rate"] == 0.0
 
 
 def test_tiny_model_plays_batched_games_with_distinct_secrets(tiny, setup):
@@ -116,7 +128,7 @@ def test_eval_model_cli_json_and_heldout(tiny, tmp_path):
     data = json.loads(out.read_text())
     for key in ("games", "wins", "win_rate", "mean_guesses", "max_guesses", "histogram", "seconds",
                 "format_valid_rate", "invalid_word_rate", "repeat_rate", "consistency_rate",
-                "mean_regret_bits", "mean_regret_expected_left", "games_per_minute"):
+                "later_consistency_rate", "mean_regret_bits", "mean_regret_expected_left", "games_per_minute"):
         assert key in data
     secrets = [g["secret"] for g in data["per_game"]]
     assert data["split"] == "heldout" and len(set(secrets)) == 6 and all(map(is_held_out, secrets))
