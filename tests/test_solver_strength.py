@@ -211,8 +211,8 @@ def test_hard_mode_on_all_answers_wins_with_legal_guesses(lookahead, most):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="one loss remains: after the best openers (lares, tares) a family like _ILLS "
-                          "(17 words) cannot be finished in 5 guesses by any line the search finds", strict=False)
+@pytest.mark.xfail(reason="one loss remains (jills): after lares:10002 the _ILLS family cannot be finished "
+                          "in 5 guesses by any line the search finds", strict=False)
 def test_lookahead_on_all_allowed_words():
     setup = load_setup("allowed")
     solver = setup.solver(SolverSettings(lookahead=True))
