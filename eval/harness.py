@@ -24,6 +24,7 @@ from solver.setup import Setup
 from solver.state import GameState
 
 MAX_INVALID_IN_A_ROW = 3
+LOSS_GUESSES = 7  # what a lost game counts in a mean over all games
 
 
 @dataclass
@@ -125,8 +126,13 @@ def _apply(game: GameRecord, move: Move, setup: Setup, column: int, meter: Regre
     game.state = state.play(move.guess, int(setup.matrix[row, column]))
 
 
-def summarise(games: list[GameRecord], seconds: float) -> dict:
-    """Win rate, guess histogram and per-move quality figures, as plain JSON data."""
+def summarise(games: list[GameRecord], seconds: float, setup_seconds: float = 0.0) -> dict:
+    """Win rate, guess histogram and per-move quality figures, as plain JSON data.
+
+    `mean_guesses` is over the games won; `mean_guesses_loss_as_7` counts a lost game as
+    LOSS_GUESSES. `seconds` times the games; `setup_seconds` what the player did before the
+    first one (the solver: loading its kernels and choosing its opener, a walk of its
+    whole decision tree that decides most positions the games then look up)."""
     wins = [len(g.state.turns) for g in games if g.state.won]
     histogram = {str(n): wins.count(n) for n in range(1, 7)}
     histogram["X"] = len(games) - len(wins)
@@ -146,10 +152,13 @@ def summarise(games: list[GameRecord], seconds: float) -> dict:
         "wins": len(wins),
         "win_rate": rate(len(wins), len(games)),
         "mean_guesses": round(float(np.mean(wins)), 4) if wins else None,
+        "mean_guesses_loss_as_7": round((sum(wins) + LOSS_GUESSES * (len(games) - len(wins))) / len(games), 4)
+        if games else None,
         "max_guesses": max(wins) if wins else None,
         "failures": len(games) - len(wins),
         "histogram": histogram,
         "seconds": round(seconds, 3),
+        "setup_seconds": round(setup_seconds, 3),
         "games_per_second": round(len(games) / seconds, 2) if seconds > 0 else None,
         "games_per_minute": round(60 * len(games) / seconds, 1) if seconds > 0 else None,
         "answers": len(moves),
@@ -167,7 +176,7 @@ def summarise(games: list[GameRecord], seconds: float) -> dict:
 
 
 def evaluate(player: Player, setup: Setup, secrets: list[str], measure_moves: bool = True,
-             show_progress: bool = True) -> tuple[dict, list[GameRecord]]:
+             show_progress: bool = True, setup_seconds: float = 0.0) -> tuple[dict, list[GameRecord]]:
     start = time.perf_counter()
     games = play_games(player, setup, secrets, measure_moves, show_progress)
-    return summarise(games, time.perf_counter() - start), games
+    return summarise(games, time.perf_counter() - start, setup_seconds), games

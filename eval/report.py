@@ -17,6 +17,7 @@ FIGURES = (
     ("wins", "wins", "{:d}"),
     ("win rate", "win_rate", "{:.1%}"),
     ("mean guesses (wins)", "mean_guesses", "{:.4f}"),
+    ("mean guesses (a loss = 7)", "mean_guesses_loss_as_7", "{:.4f}"),
     ("max guesses", "max_guesses", "{:d}"),
     ("failures", "failures", "{:d}"),
     ("format-valid rate", "format_valid_rate", "{:.1%}"),
@@ -28,6 +29,7 @@ FIGURES = (
     ("mean regret (bits)", "mean_regret_bits", "{:.3f}"),
     ("mean regret (expected left)", "mean_regret_expected_left", "{:.2f}"),
     ("seconds", "seconds", "{:.2f}"),
+    ("setup seconds (kernels, opener)", "setup_seconds", "{:.2f}"),
     ("games/s", "games_per_second", "{:.2f}"),
 )
 

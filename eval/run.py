@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from eval.harness import evaluate
@@ -51,14 +52,16 @@ def run_eval(policy: str, secret_kind: str, answers: str | None, allowed: str | 
     if policy == "solver":
         split = split or "all"
         solver_player = SolverPlayer(setup.solver(settings))
-        solver_player.policy.opener()  # computed (or read from cache) before the clock starts
+        started = time.perf_counter()
+        solver_player.policy.load_kernels()  # and the opener, computed or read from disk: reported as setup
+        setup_seconds = time.perf_counter() - started
         player: Player = solver_player
     else:
         split = split or "heldout"
-        player = model.player(seed, setup.lists.allowed)
+        player, setup_seconds = model.player(seed, setup.lists.allowed), 0.0
     secrets = choose_secrets(setup.lists.secrets(secret_kind), split, games, seed)
     result = play_and_summarise(player, setup, secrets, measure_moves=policy != "solver",
-                                show_progress=show_progress)
+                                show_progress=show_progress, setup_seconds=setup_seconds)
     result = {"policy": player.name, "secrets": secret_kind, "split": split, "seed": seed,
               "hard": settings.hard, "guess_constrained": bool(model and model.constrain_guess),
               **(_sampling_of(model) if policy != "solver" else {}), **result}
@@ -74,7 +77,7 @@ def _sampling_of(model: ModelSpec) -> dict:
 
 
 def play_and_summarise(player: Player, setup: Setup, secrets: list[str], measure_moves: bool = True,
-                       show_progress: bool = True) -> dict:
+                       show_progress: bool = True, setup_seconds: float = 0.0) -> dict:
     """Summary figures plus every game, as written to eval JSON (SFT and RL reuse this)."""
-    summary, records = evaluate(player, setup, secrets, measure_moves, show_progress)
+    summary, records = evaluate(player, setup, secrets, measure_moves, show_progress, setup_seconds)
     return {**summary, "per_game": [r.to_json() for r in records]}

@@ -20,7 +20,7 @@ import numpy as np
 from solver.fileio import atomic_write, cache_dir
 from solver.policy import Decision, EntropySolver
 
-_DECIDING_MODULES = ("policy.py", "lookahead.py", "entropy.py", "opener.py", "state.py", "feedback.py")
+_DECIDING_MODULES = ("policy.py", "lookahead.py", "safety.py", "entropy.py", "opener.py", "state.py", "feedback.py")
 _TABLES = ("played", "looked")
 
 

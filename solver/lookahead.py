@@ -47,7 +47,7 @@ def finish_estimate(n: int, guesses_left: int, hard: bool) -> float:
 
 
 @njit(cache=True)
-def _legal(codes, letter_counts, row, greens, mins) -> bool:
+def hard_legal(codes, letter_counts, row, greens, mins) -> bool:
     """Hard-mode rule for one guess: greens kept in place, revealed letters reused."""
     for pos in range(5):
         if greens[pos] != NO_GREEN and codes[row, pos] != greens[pos]:
@@ -59,7 +59,7 @@ def _legal(codes, letter_counts, row, greens, mins) -> bool:
 
 
 @njit(cache=True)
-def _tighten(guess, pattern, greens, mins):
+def tighten(guess, pattern, greens, mins):
     """Hard-mode hints after `guess` got `pattern`: new greens and minimum letter counts."""
     new_greens = greens.copy()
     new_mins = mins.copy()
@@ -110,7 +110,7 @@ def two_left_cost(game, candidates, hard, greens, mins, cutoff) -> float:
     for i in range(n + pool.shape[0]):
         if i < n:
             row = candidate_rows[candidates[i]]
-        elif not hard or _legal(codes, letter_counts, pool[i - n], greens, mins):
+        elif not hard or hard_legal(codes, letter_counts, pool[i - n], greens, mins):
             row = pool[i - n]
         else:
             continue
@@ -134,10 +134,8 @@ def two_left_cost(game, candidates, hard, greens, mins, cutoff) -> float:
 
 
 @njit(cache=True)
-def _open_guess(matrix_row, candidates, members, patterns) -> float:
-    """Group `candidates` by the pattern `matrix_row` gives them (into `members` and
-    `patterns`, sorted by pattern) and return the least the guess can cost: itself,
-    plus (2k - 1) / n for every bucket of k that is not the win."""
+def group_by_pattern(matrix_row, candidates, members, patterns) -> None:
+    """Sort `candidates` by the pattern `matrix_row` gives them, into `members` and `patterns`."""
     n = candidates.shape[0]
     for c in range(n):
         patterns[c] = matrix_row[candidates[c]]
@@ -145,6 +143,15 @@ def _open_guess(matrix_row, candidates, members, patterns) -> float:
     for c in range(n):
         members[c] = candidates[order[c]]
     patterns[:n] = patterns[:n][order]
+
+
+@njit(cache=True)
+def _open_guess(matrix_row, candidates, members, patterns) -> float:
+    """Group `candidates` by the pattern `matrix_row` gives them (into `members` and
+    `patterns`, sorted by pattern) and return the least the guess can cost: itself,
+    plus (2k - 1) / n for every bucket of k that is not the win."""
+    n = candidates.shape[0]
+    group_by_pattern(matrix_row, candidates, members, patterns)
     bound = 1.0
     for c in range(n):
         if patterns[c] != WIN:
@@ -206,7 +213,7 @@ def guess_cost(game, root_row, candidates, guesses_left, depth, hard, greens, mi
             k = end - start
             known = _formula_cost(k, left[lvl] - 1)
             if known < 0.0 and hard and (left[lvl] == 3 or deep[lvl] > 1):
-                green_at[lvl + 1], min_count[lvl + 1] = _tighten(codes[guess[lvl]], pattern,
+                green_at[lvl + 1], min_count[lvl + 1] = tighten(codes[guess[lvl]], pattern,
                                                                  green_at[lvl], min_count[lvl])
             if known < 0.0 and left[lvl] == 3:
                 known = two_left_cost(game, members[lvl, start:end], hard, green_at[lvl + 1], min_count[lvl + 1],
@@ -238,7 +245,7 @@ def guess_cost(game, root_row, candidates, guesses_left, depth, hard, greens, mi
                 next_guess[lvl] += 1
                 if i < n:
                     row = candidate_rows[cands[lvl, i]]
-                elif not hard or _legal(codes, letter_counts, pool[i - n], green_at[lvl], min_count[lvl]):
+                elif not hard or hard_legal(codes, letter_counts, pool[i - n], green_at[lvl], min_count[lvl]):
                     row = pool[i - n]
         if row >= 0:
             guess[lvl], cursor[lvl] = row, 0

@@ -5,7 +5,10 @@
 ties going to possible answers, or a lookahead that scores the top-k guesses by the
 expected guesses to finish (solver/lookahead.py), optionally in hard mode. Either way
 the first guess is the one whose whole decision tree does best (solver/opener.py),
-and the last guesses are searched exactly so that no game is lost that need not be.
+and from SAFE_FROM guesses left (HARD_SAFE_FROM in hard mode) a move must come with a
+proof that it wins every candidate in time (solver/safety.py) where the search finds
+one: averages alone lose families like _OUND in hard mode or _ILLS among the 12,972
+allowed words.
 
 Decisions are memoised by position, so playing all 2,315 answers costs about as much
 as walking the decision tree once.
@@ -25,6 +28,7 @@ from solver.fileio import cache_dir
 from solver.feedback import WIN
 from solver.lookahead import FAIL_PENALTY, LOSS_LINE, distinct_splits, lookahead_costs
 from solver.opener import OPENER_VERSION, best_opener, opener_shortlist_size
+from solver.safety import finishing_guess
 from solver.state import MAX_GUESSES, GameState
 
 POOL_SIZE = 400  # follow-up guesses the lookahead tries: the best splitters of the position
@@ -35,6 +39,11 @@ VERIFY_MAX = 3  # rival guesses re-scored by playing on
 WIDE_VERIFY_MAX = 30  # the same, when every shortlisted guess risks a loss
 OPENERS_FILE = "openers.json"  # first guesses, keyed by word lists, secret list and settings
 RISK_SPLITTERS = 30  # rivals tried far from the end when every checked guess risks a loss
+SAFE_FROM = 4  # guesses left from which a move must provably win every candidate in time, where one can
+HARD_SAFE_FROM = 5  # the same in hard mode, which locks letters early (checking a move then decides its
+# every follow-up: from 5 in normal mode that made gen-sft 6x slower, for a loss or two among allowed secrets)
+PROVE_EXACT_FROM = 4  # guesses left from which that proof is one exact search (earlier it plays the policy on)
+PROVE_RIVALS = 30  # strong splitters tried when the chosen move is not proven
 
 
 class Policy(Protocol):
@@ -223,9 +232,66 @@ class EntropySolver:
 
     def _decide(self, state: GameState) -> Decision:
         if not self.settings.lookahead and state.guesses_left > ENDGAME_TURNS:
-            return Decision(self._greedy_row(state), np.nan)
-        shortlist, pool = self._shortlist_and_pool(state)
-        return self._best_of(state, shortlist, pool, VERIFY_MAX)
+            decision = Decision(self._greedy_row(state), np.nan)
+        else:
+            shortlist, pool = self._shortlist_and_pool(state)
+            decision = self._best_of(state, shortlist, pool, VERIFY_MAX)
+        if state.guesses_left <= (HARD_SAFE_FROM if self.settings.hard else SAFE_FROM):
+            return self._made_safe(state, decision)
+        return decision
+
+    def _made_safe(self, state: GameState, decision: Decision) -> Decision:
+        """`decision`, if it provably wins every candidate in time; else the best-ranked
+        guess that does: first among the position's strong splitters, then among the
+        guesses that best split the secrets the decision cannot prove (a family like
+        _ILLS needs words rich in its first letters). If none does, `decision` stands."""
+        if self._proven(state, decision.row):
+            return decision
+        _, pool = self._shortlist_and_pool(state)
+        row = self._first_proven(state, pool[:PROVE_RIVALS])
+        if row < 0:
+            row = self._first_proven(state, self._splitters_of(state, decision.row))
+        if row < 0:
+            return decision
+        if self.settings.lookahead or state.guesses_left <= ENDGAME_TURNS:
+            return Decision(row, float(self._costs(state, np.array([row]), pool, np.inf)[0]))
+        return Decision(row, np.nan)
+
+    def _proven(self, state: GameState, row: int) -> bool:
+        """Does `row` provably win every candidate in time? Exactly (within the pool) from
+        PROVE_EXACT_FROM guesses left; with more, when the policy's own move in every position
+        it leads to is proven."""
+        if state.guesses_left <= PROVE_EXACT_FROM:
+            return self._first_proven(state, np.array([row])) == row
+        return all(self._finishes(child) for child in self._children(state, row))
+
+    def _finishes(self, state: GameState) -> bool:
+        """Does the policy's own move at `state` provably win every candidate in time?"""
+        if len(state.candidates) <= state.guesses_left:  # guessing them one by one does
+            return True
+        return state.guesses_left >= 2 and self._proven(state, self._solve(state).row)
+
+    def _first_proven(self, state: GameState, rows: np.ndarray) -> int:
+        """The first of `rows` (those legal here) that provably wins every candidate in time, or < 0."""
+        if self.settings.hard:
+            rows = rows[np.isin(rows, self._legal_rows(state))]
+        if state.guesses_left > PROVE_EXACT_FROM:
+            return next((int(row) for row in rows if self._proven(state, int(row))), -1)
+        _, pool = self._shortlist_and_pool(state)
+        greens, mins = _hard_arrays(state)
+        game = (self.matrix, self.lists.allowed_codes, self._letter_counts, self._candidate_rows, pool)
+        return finishing_guess(game, rows, state.candidates, state.guesses_left, self.settings.hard, greens, mins)
+
+    def _splitters_of(self, state: GameState, row: int) -> np.ndarray:
+        """The legal guesses that best split the secrets `row` leaves in positions not proven to finish."""
+        unproven = [child.candidates for child in self._children(state, row) if not self._finishes(child)]
+        return self._risk_splitters(state, np.concatenate(unproven)) if unproven else np.empty(0, dtype=np.int64)
+
+    def _risk_splitters(self, state: GameState, at_risk: np.ndarray) -> np.ndarray:
+        """The RISK_SPLITTERS legal guesses with the most entropy over the secrets `at_risk`."""
+        rows, _, _, _ = self._by_entropy(state)
+        risk_entropy, _ = score_guesses(self.matrix, rows, at_risk)
+        return rows[np.argsort(-risk_entropy, kind="stable")[:RISK_SPLITTERS]]
 
     def _shortlist_and_pool(self, state: GameState) -> tuple[np.ndarray, np.ndarray]:
         """Guesses to score (the top k by entropy; near the end all candidates too) and
@@ -304,11 +370,8 @@ class EntropySolver:
                    if self._solve(c, widen=False).cost > LOSS_LINE]
         if not at_risk:
             return NO_DECISION
-        rows, _, _, _ = self._by_entropy(state)
-        risk_entropy, _ = score_guesses(self.matrix, rows, np.concatenate(at_risk))
-        rivals = rows[np.argsort(-risk_entropy, kind="stable")[:RISK_SPLITTERS]]
         _, pool = self._shortlist_and_pool(state)
-        return self._best_of(state, rivals, pool, WIDE_VERIFY_MAX)
+        return self._best_of(state, self._risk_splitters(state, np.concatenate(at_risk)), pool, WIDE_VERIFY_MAX)
 
     def _is_candidate_row(self, state: GameState) -> np.ndarray:
         mask = np.zeros(len(self.lists.allowed), dtype=bool)
