@@ -231,38 +231,40 @@ class EntropySolver:
         return decision
 
     def _decide(self, state: GameState) -> Decision:
+        pool = None
         if not self.settings.lookahead and state.guesses_left > ENDGAME_TURNS:
             decision = Decision(self._greedy_row(state), np.nan)
         else:
             shortlist, pool = self._shortlist_and_pool(state)
             decision = self._best_of(state, shortlist, pool, VERIFY_MAX)
         if state.guesses_left <= (HARD_SAFE_FROM if self.settings.hard else SAFE_FROM):
-            return self._made_safe(state, decision)
+            if pool is None:
+                _, pool = self._shortlist_and_pool(state)
+            return self._made_safe(state, decision, pool)
         return decision
 
-    def _made_safe(self, state: GameState, decision: Decision) -> Decision:
+    def _made_safe(self, state: GameState, decision: Decision, pool: np.ndarray) -> Decision:
         """`decision`, if it provably wins every candidate in time; else the best-ranked
         guess that does: first among the position's strong splitters, then among the
         guesses that best split the secrets the decision cannot prove (a family like
         _ILLS needs words rich in its first letters). If none does, `decision` stands."""
-        if self._proven(state, decision.row):
+        if self._proven(state, decision.row, pool):
             return decision
-        _, pool = self._shortlist_and_pool(state)
-        row = self._first_proven(state, pool[:PROVE_RIVALS])
+        row = self._first_proven(state, pool[:PROVE_RIVALS], pool)
         if row < 0:
-            row = self._first_proven(state, self._splitters_of(state, decision.row))
+            row = self._first_proven(state, self._splitters_of(state, decision.row), pool)
         if row < 0:
             return decision
         if self.settings.lookahead or state.guesses_left <= ENDGAME_TURNS:
             return Decision(row, float(self._costs(state, np.array([row]), pool, np.inf)[0]))
         return Decision(row, np.nan)
 
-    def _proven(self, state: GameState, row: int) -> bool:
+    def _proven(self, state: GameState, row: int, pool: np.ndarray | None = None) -> bool:
         """Does `row` provably win every candidate in time? Exactly (within the pool) from
         PROVE_EXACT_FROM guesses left; with more, when the policy's own move in every position
-        it leads to is proven."""
+        it leads to is proven. `pool`: the position's follow-up pool, when already scored."""
         if state.guesses_left <= PROVE_EXACT_FROM:
-            return self._first_proven(state, np.array([row])) == row
+            return self._first_proven(state, np.array([row]), pool) == row
         return all(self._finishes(child) for child in self._children(state, row))
 
     def _finishes(self, state: GameState) -> bool:
@@ -271,13 +273,14 @@ class EntropySolver:
             return True
         return state.guesses_left >= 2 and self._proven(state, self._solve(state).row)
 
-    def _first_proven(self, state: GameState, rows: np.ndarray) -> int:
+    def _first_proven(self, state: GameState, rows: np.ndarray, pool: np.ndarray | None = None) -> int:
         """The first of `rows` (those legal here) that provably wins every candidate in time, or < 0."""
         if self.settings.hard:
             rows = rows[np.isin(rows, self._legal_rows(state))]
         if state.guesses_left > PROVE_EXACT_FROM:
-            return next((int(row) for row in rows if self._proven(state, int(row))), -1)
-        _, pool = self._shortlist_and_pool(state)
+            return next((int(row) for row in rows if self._proven(state, int(row), pool)), -1)
+        if pool is None:
+            _, pool = self._shortlist_and_pool(state)
         greens, mins = _hard_arrays(state)
         game = (self.matrix, self.lists.allowed_codes, self._letter_counts, self._candidate_rows, pool)
         return finishing_guess(game, rows, state.candidates, state.guesses_left, self.settings.hard, greens, mins)
