@@ -23,7 +23,8 @@ from solver.options import json_option, seed_option, solver_options, word_list_o
 @solver_options
 @json_option
 @click.option("--compare", nargs=2, type=click.Path(dir_okay=False), default=None,
-              help="Show two eval JSON files side by side instead of playing.")
+              help="Show two eval JSON files side by side instead of playing, with the wins paired by secret "
+                   "(and a sign test); --json writes the paired figures.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--constrain-guess", is_flag=True,
               help="Decode the model's <guess> tag within the allowed words not yet played: measures its play "
@@ -35,13 +36,17 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
     """Play every secret (or --games N of them) and report win rate, guesses and move quality."""
     from rich.console import Console
 
+    from eval.paired import paired_wins
     from eval.report import compare_table, load_result, show_result
     from eval.run import ModelSpec, run_eval
+    from solver.fileio import atomic_write_json
     from solver.policy import SolverSettings
 
     if compare:
         a, b = (load_result(p) for p in compare)
         Console().print(compare_table(a, b, compare[0], compare[1]))
+        if json_path:
+            atomic_write_json(json_path, {"a": compare[0], "b": compare[1], "paired_wins": paired_wins(a, b).to_json()})
         return
     from llm.generation import SamplingSettings
 

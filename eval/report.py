@@ -6,6 +6,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from eval.paired import paired_wins
 from solver.errors import UserError
 from solver.fileio import read_json
 
@@ -100,16 +101,10 @@ def compare_table(a: dict, b: dict, name_a: str, name_b: str) -> Table:
     for key in HISTOGRAM_KEYS:
         table.add_row(f"solved in {key}" if key != "X" else "not solved",
                       str(a["histogram"].get(key, 0)), str(b["histogram"].get(key, 0)))
-    shared = _shared_secrets(a, b)
-    if shared:
-        wins_a = sum(a_won for a_won, _ in shared.values())
-        wins_b = sum(b_won for _, b_won in shared.values())
-        table.add_row("same secrets: games", str(len(shared)), str(len(shared)))
-        table.add_row("same secrets: wins", str(wins_a), str(wins_b))
+    paired = paired_wins(a, b)
+    if paired.games:
+        table.add_row("same secrets: games", str(paired.games), str(paired.games))
+        table.add_row("same secrets: wins", str(paired.wins_a), str(paired.wins_b))
+        table.add_row("won here only (paired)", str(paired.only_a), str(paired.only_b))
+        table.add_row("sign test p, wins", f"{paired.p_value:.3f}", "")
     return table
-
-
-def _shared_secrets(a: dict, b: dict) -> dict[str, tuple[bool, bool]]:
-    won_a = {g["secret"]: g["won"] for g in a.get("per_game", [])}
-    won_b = {g["secret"]: g["won"] for g in b.get("per_game", [])}
-    return {s: (won_a[s], won_b[s]) for s in won_a.keys() & won_b.keys()}
