@@ -5,10 +5,10 @@
 ties going to possible answers, or a lookahead that scores the top-k guesses by the
 expected guesses to finish (solver/lookahead.py), optionally in hard mode. Either way
 the first guess is the one whose whole decision tree does best (solver/opener.py),
-and from SAFE_FROM guesses left (HARD_SAFE_FROM in hard mode) a move must come with a
-proof that it wins every candidate in time (solver/safety.py) where the search finds
-one: averages alone lose families like _OUND in hard mode or _ILLS among the 12,972
-allowed words.
+and from SAFE_FROM guesses left (HARD_SAFE_FROM in hard mode, ALLOWED_SAFE_FROM with the
+allowed list as secrets) a move must come with a proof that it wins every candidate in
+time (solver/safety.py) where the search finds one: averages alone lose families like
+_OUND in hard mode or _ILLS among the 12,972 allowed words.
 
 Decisions are memoised by position, so playing all 2,315 answers costs about as much
 as walking the decision tree once.
@@ -42,6 +42,8 @@ RISK_SPLITTERS = 30  # rivals tried far from the end when every checked guess ri
 SAFE_FROM = 4  # guesses left from which a move must provably win every candidate in time, where one can
 HARD_SAFE_FROM = 5  # the same in hard mode, which locks letters early (checking a move then decides its
 # every follow-up: from 5 in normal mode that made gen-sft 6x slower, for a loss or two among allowed secrets)
+ALLOWED_SAFE_FROM = 5  # the same with the 12,972 allowed words as secrets: families like _IVES and _ESTS are
+# lost a guess before 4 are left there; the answers list (gen-sft's) keeps SAFE_FROM and its speed
 PROVE_EXACT_FROM = 4  # guesses left from which that proof is one exact search (earlier it plays the policy on)
 PROVE_RIVALS = 30  # strong splitters tried when the chosen move is not proven
 
@@ -111,6 +113,7 @@ class EntropySolver:
             self.lists.answer_rows if self.secret_kind == "answers" else np.arange(len(self.lists.allowed))
         )
         self._bound = EntropyBound.for_lists(self.lists, self.secret_kind)
+        self.safe_from = _safe_from(settings, self.secret_kind)
 
     # -- public --------------------------------------------------------------------
     def choose(self, state: GameState) -> str:
@@ -237,7 +240,7 @@ class EntropySolver:
         else:
             shortlist, pool = self._shortlist_and_pool(state)
             decision = self._best_of(state, shortlist, pool, VERIFY_MAX)
-        if state.guesses_left <= (HARD_SAFE_FROM if self.settings.hard else SAFE_FROM):
+        if state.guesses_left <= self.safe_from:
             if pool is None:
                 _, pool = self._shortlist_and_pool(state)
             return self._made_safe(state, decision, pool)
@@ -393,6 +396,16 @@ class EntropySolver:
         for letter, least in known.min_count.items():
             ok &= self._letter_counts[:, ord(letter) - ord("a")] >= least
         return np.flatnonzero(ok).astype(np.int64)
+
+
+def _safe_from(settings: SolverSettings, secret_kind: str) -> int:
+    """Guesses left from which a move must come with a proof. Hard mode and the allowed list
+    prove from 5: their families (_OUND, _IVES, _ESTS) can be lost with 4 guesses left
+    already. The answers list proves from 4, where no game is lost and proving from 5
+    would make every game slower (gen-sft 82 examples/s against 553) for nothing."""
+    if settings.hard:
+        return HARD_SAFE_FROM
+    return ALLOWED_SAFE_FROM if secret_kind == "allowed" else SAFE_FROM
 
 
 def _letter_counts(codes: np.ndarray) -> np.ndarray:

@@ -98,3 +98,29 @@ def test_hard_mode_wins_the_games_it_used_to_lose(answers_setup, lookahead):
             assert hard_legal(guess, state.turns), (secret, state.guesses, guess)
             state = state.play(guess, int(answers_setup.matrix[lists.index(guess), column]))
         assert state.won, (secret, state.guesses)
+
+
+@pytest.fixture(scope="module")
+def allowed_setup() -> Setup:
+    return load_setup("allowed")
+
+
+# Games the greedy solver used to lose with the 12,972 allowed words as secrets (LARES first),
+# replayed from the opener's feedback: proving from 5 guesses left (ALLOWED_SAFE_FROM) wins them.
+# The _IVES family takes a few seconds; ZESTS proves a larger position (about 10 s more).
+ALLOWED_LOSSES = [("lares:00022", ("hives", "jives", "wives")),
+                  pytest.param("lares:00012", ("zests",), marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("opened, secrets", ALLOWED_LOSSES, ids=["ives", "zests"])
+def test_allowed_secrets_win_the_games_greedy_used_to_lose(allowed_setup, opened, secrets):
+    solver = allowed_setup.solver(SolverSettings())
+    lists = allowed_setup.lists
+    guess, tiles = opened.split(":")
+    for secret in secrets:
+        state: GameState = allowed_setup.start.play(guess, parse_pattern(tiles))
+        column = lists.index(secret)
+        while not state.over:
+            move = solver.choose(state)
+            state = state.play(move, int(allowed_setup.matrix[lists.index(move), column]))
+        assert state.won, (secret, state.guesses)
