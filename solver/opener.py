@@ -16,9 +16,16 @@ import numpy as np
 from solver.feedback import WIN
 from solver.state import MAX_GUESSES, GameState
 
-OPENER_VERSION = 5  # part of the cache key: bump when the choice of opener changes
+OPENER_VERSION = 6  # part of the cache key: bump when the choice of opener changes
 OPENER_WORK = 25_000
 FAIL_COST = 1_000_000  # in guesses: any opener that loses a game ranks below every one that does not
+# Openers from which every one of the 12,972 allowed words can be won in six (alex1770/wordle's
+# bighidden trees list the few that can; they rank ~900-1,100 by entropy, far outside any
+# shortlist). With the allowed list as secrets the lookahead loses a game after its shortlist
+# (LARES, TARES) and after SALET, LANTS, LARNT, PAREN and PANTS, and none after these (PRATE
+# mean 4.1240, TRAPE 4.1304, PEART 4.1321); greedy play loses two after each (and at least one
+# after each of 34 openers tried). Tried in this order when the shortlist's best loses.
+COMPLETE_OPENERS = ("prate", "trape", "peart")
 
 
 @dataclass
@@ -84,11 +91,21 @@ def opener_shortlist_size(n_secrets: int) -> int:
     return max(2, min(12, OPENER_WORK // n_secrets))
 
 
-def best_opener(choose, root: GameState, shortlist: list[str]) -> str:
-    """The opener in `shortlist` whose tree loses fewest games, then uses fewest guesses."""
+def best_opener(choose, root: GameState, shortlist: list[str], fallbacks: tuple[str, ...] = ()) -> str:
+    """The opener in `shortlist` whose tree loses fewest games, then uses fewest guesses; if
+    each of them loses a game, the first of `fallbacks` that loses none, when there is one.
+
+    A fallback's walk stops at its first lost game, so trying one that also loses costs
+    part of a walk; never losing comes before a lower mean.
+    """
     best, best_cost = shortlist[0], np.inf
     for word in shortlist:
         result = play_tree(choose, root, word, best_cost)
         if result is not None and tree_cost(result) < best_cost:
             best, best_cost = word, tree_cost(result)
+    if best_cost >= FAIL_COST:
+        for word in fallbacks:
+            if word not in shortlist and root.lists.is_allowed(word) \
+                    and play_tree(choose, root, word, FAIL_COST - 1) is not None:
+                return word
     return best

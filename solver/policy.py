@@ -27,7 +27,7 @@ from solver.entropy_bound import EntropyBound
 from solver.fileio import cache_dir
 from solver.feedback import WIN
 from solver.lookahead import FAIL_PENALTY, LOSS_LINE, distinct_splits, lookahead_costs
-from solver.opener import OPENER_VERSION, best_opener, opener_shortlist_size
+from solver.opener import COMPLETE_OPENERS, OPENER_VERSION, best_opener, opener_shortlist_size
 from solver.safety import finishing_guess
 from solver.state import MAX_GUESSES, GameState
 
@@ -135,7 +135,7 @@ class EntropySolver:
         if not (isinstance(opener, str) and self.lists.is_allowed(opener)):  # missing, or damaged: recompute
             root = self._root()
             shortlist = [s.word for s in self.rank(root, opener_shortlist_size(len(root.candidates)))]
-            opener = best_opener(self.choose, root, shortlist)
+            opener = best_opener(self.choose, root, shortlist, COMPLETE_OPENERS)
             save_entry(path, key, opener)
         return opener
 

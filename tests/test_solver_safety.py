@@ -10,6 +10,7 @@ import pytest
 
 from solver.feedback import WIN, parse_pattern
 from solver.lookahead import tighten
+from solver.opener import COMPLETE_OPENERS
 from solver.policy import EntropySolver, SolverSettings, _hard_arrays
 from solver.safety import NONE_FINISHES, finishing_guess
 from solver.setup import Setup, load_setup
@@ -123,4 +124,20 @@ def test_allowed_secrets_win_the_games_greedy_used_to_lose(allowed_setup, opened
         while not state.over:
             move = solver.choose(state)
             state = state.play(move, int(allowed_setup.matrix[lists.index(move), column]))
+        assert state.won, (secret, state.guesses)
+
+
+@pytest.mark.slow
+def test_lookahead_after_a_complete_opener_wins_the_ills_words(allowed_setup):
+    """The lookahead's allowed-list losses (ZILLS after LARES, JILLS after SALET or LANTS)
+    are won after PRATE, the first of COMPLETE_OPENERS, which opener choice now falls back to."""
+    solver = allowed_setup.solver(SolverSettings(lookahead=True))
+    lists = allowed_setup.lists
+    for secret in ("zills", "jills", "vills", "wills"):
+        column = lists.index(secret)
+        state: GameState = allowed_setup.start
+        move = COMPLETE_OPENERS[0]
+        while not state.over:
+            state = state.play(move, int(allowed_setup.matrix[lists.index(move), column]))
+            move = solver.choose(state) if not state.over else move
         assert state.won, (secret, state.guesses)

@@ -17,7 +17,7 @@ import pytest
 from solver.feedback import GREY, WIN, pattern_to_digits
 from solver.fileio import cache_dir
 from solver.lookahead import FAIL_PENALTY, finish_estimate, lookahead_costs
-from solver.opener import OPENER_VERSION, play_tree
+from solver.opener import OPENER_VERSION, best_opener, play_tree
 from solver.policy import EntropySolver, SolverSettings, _hard_arrays
 from solver.setup import Setup, load_setup
 from solver.state import MAX_GUESSES, Turn
@@ -164,6 +164,31 @@ def test_opener_beats_the_other_shortlisted_openers(small_setup):
         assert (chosen.fails, chosen.total_guesses) <= (other.fails, other.total_guesses)
 
 
+def test_an_opener_that_never_loses_replaces_a_shortlist_that_loses(small_setup):
+    """When every shortlisted opener's tree loses a game, the first fallback that loses none
+    is chosen (fallbacks already shortlisted, unknown or losing are passed over); fallbacks
+    are not walked when the shortlist's best loses nothing."""
+    solver = EntropySolver(small_setup.start, SolverSettings())
+    good = solver.opener()
+    assert play_tree(solver.choose, small_setup.start, good).fails == 0
+    cursed = [w for w in small_setup.lists.allowed[:4] if w != good][:3]
+    walked: list[str] = []
+
+    def choose(state):  # after a cursed opener, play it again until the game is lost
+        opener = state.turns[0].guess
+        if len(state.turns) == 1:
+            walked.append(opener)
+        return opener if opener in cursed else solver.choose(state)
+
+    root = small_setup.start
+    assert best_opener(choose, root, cursed[:2]) in cursed[:2]  # without fallbacks: the lesser loss
+    fallbacks = (cursed[1], "qqqqq", cursed[2], good, cursed[0])
+    assert best_opener(choose, root, cursed[:2], fallbacks) == good
+    walked.clear()
+    assert best_opener(choose, root, [good], fallbacks) == good
+    assert set(walked) == {good}
+
+
 def test_last_guess_is_always_a_candidate(small_setup):
     """With one guess left only a candidate can win, however well other words split."""
     lists = small_setup.lists
@@ -211,11 +236,10 @@ def test_hard_mode_on_all_answers_wins_with_legal_guesses(lookahead, most):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="one loss remains (jills): after lares:10002 the _ILLS family cannot be finished "
-                          "in 5 guesses by any line the search finds", strict=False)
 def test_lookahead_on_all_allowed_words():
+    """Every shortlisted opener loses one _ILLS game; the fallback PRATE loses none (4.1240)."""
     setup = load_setup("allowed")
     solver = setup.solver(SolverSettings(lookahead=True))
     tree = play_tree(solver.choose, setup.start, solver.opener())
-    assert tree.mean <= 4.15
     assert tree.fails == 0
+    assert tree.mean <= 4.125
