@@ -1,0 +1,22 @@
+"""The decode-ceiling benchmark runs end to end on a tiny model and writes its --json."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+from llm_fixtures import tiny_model_dir  # noqa: F401
+
+from rl.bench_decode import main
+
+
+def test_decode_ceiling_benchmark_writes_one_row_per_batch(tiny_model_dir, tmp_path):  # noqa: F811
+    out = tmp_path / "decode.json"
+    result = CliRunner().invoke(main, ["--model", str(tiny_model_dir), "--batch", "1", "--batch", "3",
+                                       "--context", "8", "--steps", "4", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert [row["batch"] for row in report["rows"]] == [1, 3]
+    for row in report["rows"]:
+        assert row["decode_step_ms"] > 0 and "sampler_step_ms" in row
+        assert abs(row["tokens_per_s_ceiling"] - row["batch"] / (row["decode_step_ms"] / 1e3)) <= 0.05 * row["tokens_per_s_ceiling"]
