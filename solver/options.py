@@ -15,7 +15,7 @@ import click
 
 from solver.errors import UserError
 from solver.fileio import check_writable_file, check_writable_folder
-from solver.policy import SolverSettings
+from solver.policy import HARD_TOP_K, TOP_K
 
 
 def _checked(check: Callable) -> Callable:
@@ -69,8 +69,8 @@ def word_list_options(default_secrets: str = "answers") -> Callable:
 
 
 def solver_options(f: Callable) -> Callable:
-    f = click.option("--top-k", type=click.IntRange(1, 500), default=SolverSettings().top_k, show_default=True,
-                     help="Guesses the lookahead examines at each position.")(f)
+    f = click.option("--top-k", type=click.IntRange(1, 500), default=None,
+                     help=f"Guesses the lookahead examines at each position [default: {TOP_K}, {HARD_TOP_K} with --hard].")(f)
     f = click.option("--lookahead", is_flag=True, help="Depth-2 lookahead instead of greedy entropy.")(f)
     f = click.option("--hard", is_flag=True, help="Hard mode: revealed hints must be reused.")(f)
     return f
