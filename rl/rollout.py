@@ -104,7 +104,7 @@ def play(model, tokenizer, scorer: RewardScorer, starts: list[StartState],
     column_of = {w: i for i, w in enumerate(columns)}
     first = [prompt_tokens(tokenizer, g.state, g.rejected) for g in games]
     prefix = first[0][:shared_prefix_length(first)] if first else None
-    stream = GroupStream(model, tokenizer, settings.sampling, settings.batch_size, prefix)
+    stream = GroupStream(model, tokenizer, settings.sampling, settings.batch_size, prefix, join_size=settings.batch_size)
     asked: dict[int, tuple[int, list[int]]] = {}  # group id -> (game, prompt)
     played: list[tuple[int, int, Group]] = []  # (game, group id, group)
 
