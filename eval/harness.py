@@ -1,13 +1,9 @@
 """The one place that plays games for scoring.
 
-Every game is a stream of positions: the player is asked for each game's first move,
-and as soon as a game's move comes back it is played and the game's next position is
-asked, while other games' answers may still be being written (a language model keeps
-its batch full this way: llm/player.py); a player that answers whole rounds plays in
-lock step (eval/moves.py). Games never touch each other: the order moves come back in
-decides no rule, only (for a sampling model) which random draws each answer gets. An
-answer that does not parse, is not an accepted word, or repeats a guess is counted and
-not played, and the next prompt names it; three such answers in a row lose the game.
+Games run in lock step: every round each unfinished game asks the player for one
+move, so a language model can answer all of them in one batched generation. An
+answer that does not parse, is not an accepted word, or repeats a guess is counted
+and not played, and the next prompt names it; three such answers in a row lose the game.
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from eval.moves import Move, Player, as_stream
+from eval.moves import Move, Player
 from llm.format import ALREADY_GUESSED as REPEAT
 from llm.format import FORMAT_FAILURES, Rejection
 from llm.format import NOT_ALLOWED as INVALID_WORD
@@ -97,22 +93,16 @@ def play_games(player: Player, setup: Setup, secrets: list[str], measure_moves: 
     games = [GameRecord(secret, setup.start) for secret in secrets]
     meter = RegretMeter(setup) if measure_moves else None
     progress = progress_bar("games", disable=not show_progress)
-    stream = as_stream(player)
     with progress:
         task = progress.add_task(f"{player.name}", total=len(games))
-        try:
-            for number, game in enumerate(games):
-                stream.ask(number, game.state, game.rejected)
-            while answers := stream.answered():
-                for number, move in answers:
-                    game = games[number]
-                    _apply(game, move, setup, index[game.secret], meter)
-                    if game.over:
-                        progress.advance(task)
-                    else:
-                        stream.ask(number, game.state, game.rejected)
-        finally:
-            stream.close()
+        active = list(games)
+        while active:
+            moves = player.moves([g.state for g in active], [g.rejected for g in active])
+            for game, move in zip(active, moves):
+                _apply(game, move, setup, index[game.secret], meter)
+            finished = [g for g in active if g.over]
+            active = [g for g in active if not g.over]
+            progress.advance(task, len(finished))
     return games
 
 

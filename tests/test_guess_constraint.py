@@ -15,7 +15,7 @@ from llm.format import parse_answer, prompt_tokens
 from llm.generation import SamplingSettings, sample
 from llm.guess_constraint import GuessVocabulary
 from llm.loading import load_model
-from llm_fixtures import forcing, tiny_model_dir  # noqa: F401
+from llm_fixtures import tiny_model_dir  # noqa: F401
 from solver.setup import load_setup
 
 WORDS = ("crane", "crate", "slate", "trace", "zesty")
@@ -70,9 +70,22 @@ def test_generated_guesses_are_playable(model_and_tokenizer):
     state = setup.start.play("crane", int(setup.matrix[setup.lists.index("crane"), 0]))
     script = tokenizer.encode("<think>x</think><guess>", add_special_tokens=False)
 
+    def forced(constraint):
+        step = {"n": 0}
+
+        def processor(context, logits):
+            logits = constraint(context, logits)
+            if step["n"] < len(script):
+                mask = np.full(logits.shape[-1], -np.inf, dtype=np.float32)
+                mask[script[step["n"]]] = 0.0
+                logits = logits + mx.array(mask)
+            step["n"] += 1
+            return logits
+        return processor
+
     mx.random.seed(0)
     prompts = [prompt_tokens(tokenizer, state)] * 6
-    processors = [forcing(vocabulary.processor(tokenizer, {"crane"}), script) for _ in prompts]
+    processors = [forced(vocabulary.processor(tokenizer, {"crane"})) for _ in prompts]
     completions = sample(model, tokenizer, prompts, 1, SamplingSettings(temperature=1.0, max_tokens=60),
                          processors=processors)
     for (completion,) in completions:

@@ -10,11 +10,10 @@ from eval.harness import MAX_INVALID_IN_A_ROW, evaluate
 from eval.moves import Move
 from eval.splits import held_out, is_held_out
 from llm.format import NO_TAGS, NOT_ALLOWED, NOT_FIVE_LETTERS, Rejection, format_answer, parse_answer, render_state
-from llm.generation import SamplingSettings, sample
+from llm.generation import SamplingSettings
 from llm.loading import load_model
 from llm.player import ModelPlayer
 from llm.tiny import cached_tiny_model
-from llm_fixtures import forcing
 from solver.setup import load_setup
 
 
@@ -119,47 +118,6 @@ def test_tiny_model_plays_batched_games_with_distinct_secrets(tiny, setup):
         assert game.over and not game.state.won
         assert len(game.moves) == 3 and all(m.text is not None for m in game.moves)
     assert summary["games"] == 8 and summary["wins"] == 0 and summary["format_valid_rate"] == 0.0
-
-
-class LockStepModel:
-    """The lock-step path eval played before streaming: one batched `sample` call per round."""
-
-    def __init__(self, player: ModelPlayer) -> None:
-        self.player, self.name = player, "lock step"
-
-    def moves(self, states, rejected):
-        p = self.player
-        requests = [p.request(state, refused) for state, refused in zip(states, rejected)]
-        completions = sample(p.model, p.tokenizer, [prompt for prompt, _ in requests], 1, p.settings, p.batch_size,
-                             [processor for _, processor in requests])
-        return [p.move(state, completion) for state, (completion,) in zip(states, completions)]
-
-
-def test_streamed_games_make_the_lock_step_moves_when_greedy(tiny, setup, monkeypatch):
-    """8 games through 3 answer slots: positions join the running batch whenever a slot frees
-    up, and each game gets the answers lock-step rounds give it. The random model is made to
-    open its guess tag and the guess constraint completes a word, so guesses are played; its
-    attention output is scaled up so that its tokens follow the prompt (at random init they
-    follow the last token alone), and games with other feedback write other answers."""
-    model, tokenizer = load_model(str(tiny))
-    for layer in model.model.layers:
-        layer.self_attn.o_proj.weight = 10 * layer.self_attn.o_proj.weight
-    script = tokenizer.encode("<think>x</think><guess>", add_special_tokens=False)
-    secrets = held_out(setup.lists.answers)[:8]
-    played = []
-    for lock_step in (False, True):
-        player = ModelPlayer(model, tokenizer, "tiny", SamplingSettings(temperature=0.0, max_tokens=24), seed=0,
-                             batch_size=3, guess_words=setup.lists.allowed)
-        steer = player.vocabulary.processor
-        monkeypatch.setattr(player.vocabulary, "processor", lambda tok, banned: forcing(steer(tok, banned), script))
-        _, games = evaluate(LockStepModel(player) if lock_step else player, setup, secrets, measure_moves=False,
-                            show_progress=False)
-        played.append([game.to_json() for game in games])
-    streamed, rounds = played
-    assert streamed == rounds
-    assert [g["secret"] for g in streamed] == secrets
-    assert all(m["failure"] is None for g in streamed for m in g["moves"])
-    assert len({tuple(t["guess"] for t in g["turns"]) for g in streamed}) > 4
 
 
 def test_eval_model_cli_json_and_heldout(tiny, tmp_path):
