@@ -92,8 +92,9 @@ def main(model, batches, context, steps, seed, json_path) -> None:
     for batch in batches:
         step = statistics.median(decode_step_seconds(net, batch, context, steps))
         sampled = sampler_step_seconds(net, tokenizer, batch, context, steps)
-        rows.append({"batch": batch, "decode_step_ms": round(step * 1e3, 2), "sampler_step_ms": round(sampled * 1e3, 2),
-                     "tokens_per_s_ceiling": round(batch / step, 1), "sampler_tokens_per_s": round(batch / sampled, 1) if sampled > 0 else None})
+        rows.append({"batch": batch, "decode_step_ms": round(step * 1e3, 2),
+                     "sampler_step_ms": round(sampled * 1e3, 2), "tokens_per_s_ceiling": round(batch / step, 1),
+                     "sampler_tokens_per_s": round(batch / sampled, 1) if sampled > 0 else None})
         click.echo(json.dumps(rows[-1]))
     if json_path:
         atomic_write_json(json_path, {"model": model, "context": context, "steps": steps, "cpu": cpu_name(),

@@ -68,12 +68,16 @@ class SolverSettings:
 
     def __post_init__(self) -> None:
         if self.top_k is None:
-            object.__setattr__(self, "top_k", HARD_TOP_K if self.hard else TOP_K)
+            object.__setattr__(self, "top_k", self.default_top_k)
+
+    @property
+    def default_top_k(self) -> int:
+        return HARD_TOP_K if self.hard else TOP_K
 
     @property
     def label(self) -> str:
         parts = ["lookahead" if self.lookahead else "greedy"]
-        if self.lookahead or self.top_k != (HARD_TOP_K if self.hard else TOP_K):  # greedy's end game reads it too
+        if self.lookahead or self.top_k != self.default_top_k:  # greedy's end game reads it too
             parts.append(f"k{self.top_k}")
         if self.hard:
             parts.append("hard")

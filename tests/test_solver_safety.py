@@ -136,8 +136,7 @@ def test_lookahead_after_a_complete_opener_wins_the_ills_words(allowed_setup):
     for secret in ("zills", "jills", "vills", "wills"):
         column = lists.index(secret)
         state: GameState = allowed_setup.start
-        move = COMPLETE_OPENERS[0]
         while not state.over:
+            move = solver.choose(state) if state.turns else COMPLETE_OPENERS[0]
             state = state.play(move, int(allowed_setup.matrix[lists.index(move), column]))
-            move = solver.choose(state) if not state.over else move
         assert state.won, (secret, state.guesses)
