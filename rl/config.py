@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llm.generation import MAX_TEMPERATURE
-from rl.expert_iteration import EXPERTS, POSITIONS, EISettings
+from rl.expert_iteration import POSITIONS, EISettings
 from rl.grpo import ADVANTAGE_SCALES, GrpoSettings
 from rl.reward import MAX_WEIGHT, RewardWeights
 from rl.rollout import CHOICES, RolloutSettings
@@ -24,6 +24,7 @@ from sft.lora import AdapterSettings
 from solver.errors import UserError
 from solver.fileio import parse_json, read_text
 from solver.options import MAX_SEED
+from solver.policy import EXPERTS
 
 SECRET_KINDS = ("answers", "allowed")
 

@@ -35,11 +35,10 @@ from sft.data import Conversation
 from sft.lora import trainable_weights
 from sft.states import StartState
 from sft.trainer import OptimizerSettings, SFTTrainer
-from solver.policy import CandidatePolicy, EntropySolver, Policy
+from solver.policy import Policy
 
 
 POSITIONS = ("played", "sampled")
-EXPERTS = ("solver", "candidates")
 
 
 @dataclass(frozen=True)
@@ -178,8 +177,3 @@ def _assign_into(target, source) -> None:
             _assign_into(target[key], source[key])
         else:
             target[key] = source[key]
-
-
-def expert_policy(solver: EntropySolver, settings: EISettings) -> Policy:
-    """The expert `settings.expert` names."""
-    return CandidatePolicy(solver) if settings.expert == "candidates" else solver

@@ -37,7 +37,7 @@ from llm import distributed
 from llm.generation import SamplingSettings
 from llm.loading import portable_spec
 from rl.config import RLConfig, build_config, load_config_file
-from rl.expert_iteration import ExpertIteration, expert_policy
+from rl.expert_iteration import ExpertIteration
 from rl.grpo import GrpoLearner, collect_groups
 from rl.heldout import (BEST_DIR, BEST_FILE, BestSoFar, figures_of, heldout_record, heldout_summary,
                         is_training_step)
@@ -50,6 +50,7 @@ from sft.run import MetricsLog
 from sft.states import sample_start_states
 from solver.errors import UserError
 from solver.fileio import atomic_replace_dir, atomic_write_json
+from solver.policy import expert_policy
 
 CONFIG_FILE = "config.json"
 RUN_FILE = "run.json"  # the model and start adapter, for --resume
@@ -149,7 +150,7 @@ def _run_rl(request: RunRequest) -> dict | None:
     solver = setup.solver()
     scorer = RewardScorer(setup, config.reward)
     grpo = GrpoLearner(model, config.grpo, config.rollout.temperature, tokenizer.eos_token_id)
-    ei = ExpertIteration(model, tokenizer, scorer, expert_policy(solver, config.ei), config.ei, config.rollout)
+    ei = ExpertIteration(model, tokenizer, scorer, expert_policy(solver, config.ei.expert), config.ei, config.rollout)
     optimizers = PhaseOptimizers(grpo.optimizer, ei.trainer.optimizer)
     optimizers.init(model.trainable_parameters())
     rng = np.random.default_rng(distributed.rank_seed(config.seed))

@@ -41,6 +41,7 @@ class PipelineSettings:
     model: str = "default"
     seed: int = 0
     sft_games: int = 300
+    expert: str = "solver"  # the teacher of SFT data and expert iteration (solver/policy.py EXPERTS)
     max_history: int = 3
     sft_iters: int = 40
     sft_lr: float = 5e-4
@@ -132,7 +133,7 @@ def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) ->
                                   "rollout.max_tokens": settings.max_tokens, "checkpoint_every": 1,
                                   "eval_games": settings.rl_eval_games, "eval_every": settings.rl_eval_every,
                                   "ei.learning_rate": settings.ei_lr, "ei.sft_steps": settings.ei_sft_steps,
-                                  "ei.games_per_step": settings.ei_games, "ei.samples": settings.ei_samples,
+                                  "ei.games_per_step": settings.ei_games, "ei.expert": settings.expert, "ei.samples": settings.ei_samples,
                                   "grpo.learning_rate": settings.grpo_lr, "grpo.groups_per_step": settings.grpo_groups,
                                   "grpo.max_rollouts": 1},
                              "pipeline")
@@ -144,7 +145,7 @@ def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) ->
     console.rule("1/4 gen-sft: solver games with chain-of-thought")
     stages.run("gen-sft", lambda: generate_dataset(
         data, settings.sft_games, "answers", None, None, SolverSettings(), settings.max_history, 0.5,
-        settings.seed, settings.model, show_progress))
+        settings.seed, settings.model, show_progress, expert=settings.expert))
 
     console.rule("2/4 sft: LoRA on the solver's answers")
     stages.run("sft", lambda: run_sft(sft_config, resume=latest_checkpoint(sft_dir) is not None,

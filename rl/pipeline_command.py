@@ -8,6 +8,7 @@ import click
 
 from rl.pipeline import PipelineSettings
 from solver.options import json_option, seed_option, writable_folder
+from solver.policy import EXPERTS
 
 DEFAULT = PipelineSettings()
 
@@ -17,19 +18,21 @@ DEFAULT = PipelineSettings()
 @click.option("--model", default=DEFAULT.model, show_default=True, help="Base model (mlx-lm folder, HF id, 'default').")
 @seed_option
 @click.option("--sft-games", type=int, default=DEFAULT.sft_games, show_default=True, help="Solver games for SFT data.")
+@click.option("--expert", type=click.Choice(EXPERTS), default=DEFAULT.expert, show_default=True,
+              help="The teacher of SFT data and expert iteration: the solver's moves, or its best possible answer.")
 @click.option("--sft-iters", type=int, default=DEFAULT.sft_iters, show_default=True, help="LoRA SFT steps.")
 @click.option("--rl-steps", type=int, default=DEFAULT.rl_steps, show_default=True, help="RL steps (GRPO and expert iteration).")
 @click.option("--group-size", type=int, default=DEFAULT.group_size, show_default=True, help="GRPO group size G.")
 @click.option("--eval-games", type=int, default=DEFAULT.eval_games, show_default=True, help="Held-out games per model.")
 @json_option
-def pipeline_command(out, model, seed, sft_games, sft_iters, rl_steps, group_size, eval_games, json_path) -> None:
+def pipeline_command(out, model, seed, sft_games, expert, sft_iters, rl_steps, group_size, eval_games, json_path) -> None:
     """Teach the model Wordle end to end and compare base, SFT and RL on held-out secrets."""
     from rich.console import Console
 
     from rl.pipeline import comparison_table, run_pipeline
     from solver.fileio import atomic_write_json
 
-    settings = PipelineSettings(model=model, seed=seed, sft_games=sft_games, sft_iters=sft_iters,
+    settings = PipelineSettings(model=model, seed=seed, sft_games=sft_games, expert=expert, sft_iters=sft_iters,
                                 rl_steps=rl_steps, group_size=group_size, eval_games=eval_games)
     summary = run_pipeline(Path(out), settings)
     Console().print(comparison_table(summary))

@@ -15,7 +15,7 @@ from sft.states import DEFAULT_REJECTED
 from solver.errors import UserError
 from solver.fileio import atomic_replace_dir, atomic_write_json
 from solver.options import FiniteFloat, json_option, replaced_folder, seed_option, solver_options, word_list_options
-from solver.policy import SolverSettings
+from solver.policy import EXPERTS, SolverSettings
 
 
 @click.command("gen-sft")
@@ -26,6 +26,9 @@ from solver.policy import SolverSettings
                    "the examples stay in memory until the dataset is written).")
 @word_list_options()
 @solver_options
+@click.option("--expert", type=click.Choice(EXPERTS), default="solver", show_default=True,
+              help="The teacher: the solver's own moves, or its best word among those that can still be "
+                   "the secret (every target fits the clues, as a small model can learn to play).")
 @click.option("--max-history", type=click.IntRange(0, 5), default=5, show_default=True,
               help="Most earlier turns a prompt shows; start states get 0..N of them.")
 @click.option("--off-policy", type=FiniteFloat(0.0, 1.0), default=0.5, show_default=True,
@@ -41,15 +44,15 @@ from solver.policy import SolverSettings
               help="Ignore the solver's decisions stored by earlier runs (to time a first run).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @json_option
-def gen_sft(out, games, secrets, answers, allowed, hard, lookahead, top_k, max_history, off_policy, rejected, seed,
-            model, overwrite, cold, quiet, json_path) -> None:
+def gen_sft(out, games, secrets, answers, allowed, hard, lookahead, top_k, expert, max_history, off_policy, rejected,
+            seed, model, overwrite, cold, quiet, json_path) -> None:
     """Play solver games and write one chain-of-thought example per solver turn, split by secret."""
     from rich.console import Console
 
     check_out_dir(Path(out), overwrite)
     settings = SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k)
     result = generate_dataset(Path(out), games, secrets, answers, allowed, settings, max_history, off_policy, seed,
-                              model, show_progress=not quiet, cold=cold, rejected=rejected)
+                              model, show_progress=not quiet, cold=cold, rejected=rejected, expert=expert)
     if json_path:
         atomic_write_json(json_path, result)
     Console().print(summary_table(result))
@@ -58,7 +61,7 @@ def gen_sft(out, games, secrets, answers, allowed, hard, lookahead, top_k, max_h
 def generate_dataset(out: Path, games: int, secret_kind: str, answers: str | None, allowed: str | None,
                      settings: SolverSettings, max_history: int, off_policy: float, seed: int,
                      model: str | None, show_progress: bool = True, cold: bool = False,
-                     rejected: float = DEFAULT_REJECTED) -> dict:
+                     rejected: float = DEFAULT_REJECTED, expert: str = "solver") -> dict:
     """Play, write `out` atomically, and return the summary (also the body of manifest.json).
 
     The solver's decisions from earlier runs are read from disk (and new ones added)
@@ -71,6 +74,7 @@ def generate_dataset(out: Path, games: int, secret_kind: str, answers: str | Non
     from solver.decision_store import remembered
     from solver.entropy import guess_score
     from solver.progress import progress_bar
+    from solver.policy import expert_policy
     from solver.setup import load_setup
 
     setup = load_setup(secret_kind, answers, allowed)
@@ -88,9 +92,10 @@ def generate_dataset(out: Path, games: int, secret_kind: str, answers: str | Non
 
     started = time.perf_counter()
     progress = progress_bar("games", disable=not show_progress)
+    teacher = expert_policy(solver, expert)
     with progress, (nullcontext(0) if cold else remembered(solver)) as stored_decisions:
         task = progress.add_task("gen-sft", total=len(dealt))
-        examples = play_examples(setup, solver, dealt, rng, max_history, off_policy, rejected,
+        examples = play_examples(setup, teacher, dealt, rng, max_history, off_policy, rejected,
                                  on_game=lambda: progress.advance(task))
     played = time.perf_counter()
     prompt_tokens, answer_tokens = token_lengths(examples, tokenizer)
@@ -103,7 +108,7 @@ def generate_dataset(out: Path, games: int, secret_kind: str, answers: str | Non
         "max_history": max_history,
         "off_policy": off_policy,
         "rejected": rejected,
-        "solver": {"name": solver.name, "hard": settings.hard, "lookahead": settings.lookahead,
+        "solver": {"name": solver.name, "expert": expert, "hard": settings.hard, "lookahead": settings.lookahead,
                    "top_k": settings.top_k},
         "word_lists": {"fingerprint": setup.lists.fingerprint, "secrets": secret_kind,
                        "answers": len(setup.lists.answers), "allowed": len(setup.lists.allowed)},

@@ -460,3 +460,15 @@ class CandidatePolicy:
 
     def choose(self, state: GameState) -> str:
         return self.solver.best_candidate(state)
+
+
+EXPERTS = ("solver", "candidates")
+
+
+def expert_policy(solver: EntropySolver, expert: str) -> Policy:
+    """The teacher `expert` names: the solver's own moves, or its best among the words
+    that can still be the secret. SFT data (gen-sft --expert) and RL's expert iteration
+    (ei.expert) pick their teacher here."""
+    if expert not in EXPERTS:
+        raise ValueError(f"unknown expert {expert!r}")
+    return CandidatePolicy(solver) if expert == "candidates" else solver

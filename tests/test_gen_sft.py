@@ -26,7 +26,7 @@ from sft.gen_data import SPLITS, secrets_by_split, split_of
 from sft.states import SOLVER, sample_start_states
 from solver.feedback import digits_to_pattern, feedback
 from solver.matrix import build_pattern_matrix
-from solver.policy import SolverSettings
+from solver.policy import CandidatePolicy, SolverSettings
 from solver.setup import load_setup
 from solver.state import MAX_GUESSES, state_from_history
 from solver.words import encode
@@ -229,6 +229,19 @@ def test_thoughts_hold_for_other_solvers_and_secret_lists(tmp_path, small_lists_
     check_examples(setup, solver, rows)
     if "--max-history" in flags:
         assert max(r["turns"] for split in SPLITS for r in hf[split]) == 2
+
+
+def test_candidates_expert_teaches_only_words_that_fit_the_clues(tmp_path, small_lists_files, small_setup):
+    summary = gen(tmp_path / "data", "--games", "60", "--seed", "3", "--expert", "candidates", lists=small_lists_files)
+    assert summary["solver"]["expert"] == "candidates"
+    hf = __import__("datasets").load_from_disk(str(tmp_path / "data" / "hf"))
+    rows = [(r["secret"], r["messages"]) for split in SPLITS for r in hf[split]]
+    check_examples(small_setup, CandidatePolicy(small_setup.solver(SolverSettings())), rows)
+    for secret, (_, user, assistant) in rows:
+        state = state_from_prompt(small_setup, user["content"], secret)
+        guess = THOUGHT.fullmatch(assistant["content"]).group(2)
+        assert guess in fits(small_setup.lists.answers, state)  # could be the secret: consistent, an answer
+        assert "could be the answer" in assistant["content"] or "Only" in assistant["content"]
 
 
 def test_thoughts_on_the_default_lists(tmp_path):
