@@ -30,7 +30,7 @@ from llm.format import format_answer, parse_answer, prompt_tokens, render_state
 from llm.generation import Completion
 from llm.loading import load_model
 from rl.config import RLConfig, build_config, load_config_file
-from rl.expert_iteration import EISettings, ExpertIteration, expert_policy, passing_answers, truthful_target
+from rl.expert_iteration import EISettings, ExpertIteration, passing_answers, truthful_target
 from rl.grpo import (KL_LOG_RATIO_CLAMP, KL_TOKEN_CLAMP, GrpoLearner, GrpoSettings, adapter_disabled,
                      answer_logprobs, answer_tokens, collect_groups, advantages, group_batches, length_chunks,
                      prompt_kv)
@@ -46,6 +46,7 @@ from sft.lora import AdapterSettings, attach_adapter, save_adapter, trainable_we
 from sft.states import StartState, sample_start_states
 from solver.errors import UserError
 from solver.feedback import feedback
+from solver.policy import expert_policy
 from solver.setup import load_setup
 
 REPO = Path(__file__).resolve().parent.parent
@@ -422,7 +423,7 @@ def test_expert_iteration_trains_on_the_positions_its_own_games_reach(lora_model
 
 def test_candidate_expert_teaches_words_that_fit_the_clues(lora_model, setup, scorer):
     model, tokenizer = lora_model
-    expert = expert_policy(setup.solver(), EISettings(expert="candidates"))
+    expert = expert_policy(setup.solver(), "candidates")
     state = setup.start.play("salet", feedback("salet", "bunny"))
     move = expert.choose(state)
     answers = setup.lists.secrets("answers")
