@@ -26,6 +26,7 @@ from rich.table import Table
 from eval.report import FIGURES
 from llm import distributed
 from llm.generation import SamplingSettings
+from rl.schedule import parse_schedule
 from sft.gen_data import MAX_GAMES
 from solver.errors import UserError
 from solver.fileio import atomic_write_json, read_json
@@ -70,6 +71,7 @@ class PipelineSettings:
                 raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.rl_eval_every < 0:
             raise UserError(f"--rl-eval-every must be 0 (off) or positive, got {self.rl_eval_every}")
+        parse_schedule(self.rl_schedule)  # a bad --rl-schedule fails before gen-sft and SFT run
         if self.group_size < 2:
             raise UserError(f"--group-size must be at least 2 (GRPO compares answers), got {self.group_size}")
 
