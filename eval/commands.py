@@ -24,7 +24,8 @@ from solver.options import json_option, seed_option, solver_options, word_list_o
 @json_option
 @click.option("--compare", nargs=2, type=click.Path(dir_okay=False), default=None,
               help="Show two eval JSON files side by side instead of playing, with the wins paired by secret "
-                   "(and a sign test); --json writes the paired figures.")
+                   "(and a sign test) and each answer rate's change with a 95% bootstrap interval over the "
+                   "shared secrets; --json writes the paired figures.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--constrain-guess", is_flag=True,
               help="Decode the model's <guess> tag within the allowed words not yet played: measures its play "
@@ -36,7 +37,7 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
     """Play every secret (or --games N of them) and report win rate, guesses and move quality."""
     from rich.console import Console
 
-    from eval.paired import paired_wins
+    from eval.paired import paired_rates, paired_wins
     from eval.report import compare_table, load_result, show_result
     from eval.run import ModelSpec, run_eval
     from solver.fileio import atomic_write_json
@@ -46,7 +47,8 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
         a, b = (load_result(p) for p in compare)
         Console().print(compare_table(a, b, compare[0], compare[1]))
         if json_path:
-            atomic_write_json(json_path, {"a": compare[0], "b": compare[1], "paired_wins": paired_wins(a, b).to_json()})
+            atomic_write_json(json_path, {"a": compare[0], "b": compare[1], "paired_wins": paired_wins(a, b).to_json(),
+                                          "paired_rates": [rate.to_json() for rate in paired_rates(a, b)]})
         return
     from llm.generation import SamplingSettings
 

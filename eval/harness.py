@@ -126,6 +126,31 @@ def _apply(game: GameRecord, move: Move, setup: Setup, column: int, meter: Regre
     game.state = state.play(move.guess, int(setup.matrix[row, column]))
 
 
+RATE_FIGURES = ("format_valid_rate", "invalid_word_rate", "repeat_rate", "refused_again_rate", "consistency_rate",
+                "later_consistency_rate")
+
+
+def rate_counts(moves: list[MoveRecord]) -> dict[str, tuple[int, int]]:
+    """(count, total) of each per-answer rate in one game's moves.
+
+    A rate over many games is the sum of their counts over the sum of their totals; kept per
+    game so that a paired comparison (eval/paired.py) can resample games and recompute it."""
+    played = [m for m in moves if m.failure is None]
+    measured = [m for m in played if m.consistent is not None]
+    # Every opener fits the (empty) feedback: the rate after it is the one that shows feedback being used.
+    later = [m for m in played[1:] if m.consistent is not None]
+    # The answer right after a refused one: does the model give the refused word again?
+    retries = [(a, b) for a, b in zip(moves, moves[1:]) if a.failure is not None]
+    return {
+        "format_valid_rate": (sum(m.failure not in FORMAT_FAILURES for m in moves), len(moves)),
+        "invalid_word_rate": (sum(m.failure == INVALID_WORD for m in moves), len(moves)),
+        "repeat_rate": (sum(m.failure == REPEAT for m in moves), len(moves)),
+        "refused_again_rate": (sum(b.guess is not None and b.guess == a.guess for a, b in retries), len(retries)),
+        "consistency_rate": (sum(bool(m.consistent) for m in measured), len(measured)),
+        "later_consistency_rate": (sum(bool(m.consistent) for m in later), len(later)),
+    }
+
+
 def summarise(games: list[GameRecord], seconds: float, setup_seconds: float = 0.0) -> dict:
     """Win rate, guess histogram and per-move quality figures, as plain JSON data.
 
@@ -136,13 +161,10 @@ def summarise(games: list[GameRecord], seconds: float, setup_seconds: float = 0.
     wins = [len(g.state.turns) for g in games if g.state.won]
     histogram = {str(n): wins.count(n) for n in range(1, 7)}
     histogram["X"] = len(games) - len(wins)
+    counts = [rate_counts(g.moves) for g in games]
+    totals = {key: (sum(c[key][0] for c in counts), sum(c[key][1] for c in counts)) for key in RATE_FIGURES}
     moves = [m for g in games for m in g.moves]
-    played = [m for m in moves if m.failure is None]
-    # The answer right after a refused one: does the model give the refused word again?
-    retries = [(a, b) for g in games for a, b in zip(g.moves, g.moves[1:]) if a.failure is not None]
-    measured = [m for m in played if m.consistent is not None]
-    # Every opener fits the (empty) feedback: the rate after it is the one that shows feedback being used.
-    later = [m for g in games for m in [m for m in g.moves if m.failure is None][1:] if m.consistent is not None]
+    measured = [m for m in moves if m.failure is None and m.consistent is not None]
 
     def rate(count: int, total: int) -> float | None:
         return round(count / total, 4) if total else None
@@ -162,13 +184,7 @@ def summarise(games: list[GameRecord], seconds: float, setup_seconds: float = 0.
         "games_per_second": round(len(games) / seconds, 2) if seconds > 0 else None,
         "games_per_minute": round(60 * len(games) / seconds, 1) if seconds > 0 else None,
         "answers": len(moves),
-        "format_valid_rate": rate(sum(m.failure not in FORMAT_FAILURES for m in moves), len(moves)),
-        "invalid_word_rate": rate(sum(m.failure == INVALID_WORD for m in moves), len(moves)),
-        "repeat_rate": rate(sum(m.failure == REPEAT for m in moves), len(moves)),
-        "refused_again_rate": rate(sum(b.guess is not None and b.guess == a.guess for a, b in retries),
-                                   len(retries)),
-        "consistency_rate": rate(sum(bool(m.consistent) for m in measured), len(measured)),
-        "later_consistency_rate": rate(sum(bool(m.consistent) for m in later), len(later)),
+        **{key: rate(*totals[key]) for key in RATE_FIGURES},
         "mean_regret_bits": round(float(np.mean([m.regret_bits for m in measured])), 4) if measured else None,
         "mean_regret_expected_left": round(float(np.mean([m.regret_expected for m in measured])), 3) if measured else None,
         "lost_to_invalid": sum(g.invalid_streak >= MAX_INVALID_IN_A_ROW for g in games),

@@ -1,16 +1,29 @@
-"""Two evals on the same secrets, paired: the games only one side won, and whether that could be chance.
+"""Two evals on the same secrets, paired: the games only one side won, and whether that could be chance;
+how far each per-answer rate moved, with an interval from resampling the secrets.
 
 Win rates of two models on 32-64 games differ by a few games; what tells a real change
 from dice is how many secrets one model won and the other lost (the discordant pairs).
 Under "no difference" each such secret is equally likely to go either way, so the exact
 two-sided sign test (McNemar's exact test) on them gives the chance of a split at least
 this uneven.
+
+The per-answer rates (format-valid, consistency, ...) move by a few points between two
+batches of the same model, so a change is shown with a 95% paired bootstrap interval: the
+shared secrets are drawn with replacement, both models' rates recomputed on the draw (a
+rate is a sum of counts over a sum of answers), and the middle 95% of B - A is the interval.
+An interval that holds 0 is a change 32 games cannot tell from dice.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from math import comb
+
+import numpy as np
+
+from eval.harness import RATE_FIGURES, MoveRecord, rate_counts
+
+RESAMPLES = 2000
 
 
 @dataclass(frozen=True)
@@ -44,3 +57,74 @@ def sign_test_p(only_a: int, only_b: int) -> float:
         return 1.0
     tail = sum(comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n
     return min(1.0, 2 * tail)
+
+
+@dataclass(frozen=True)
+class PairedRate:
+    figure: str  # a key of RATE_FIGURES
+    games: int  # shared secrets whose answers both evals recorded
+    difference: float | None  # rate of B - rate of A over those secrets; None where a side has no answers
+    low: float | None  # 2.5th and 97.5th percentiles of the resampled difference
+    high: float | None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def paired_rates(a: dict, b: dict, resamples: int = RESAMPLES, seed: int = 0) -> list[PairedRate]:
+    """B - A for every per-answer rate over the secrets both evals played, with a 95% bootstrap interval.
+
+    Deterministic for a seed; games without usable answer records (a JSON saved without
+    per_game moves) are left out of every figure."""
+    counts_a, counts_b = _game_counts(a), _game_counts(b)
+    shared = sorted(counts_a.keys() & counts_b.keys())
+    if not shared:
+        return []
+    # (side, game, figure, count/total)
+    table = np.array([[[counts[s][key] for key in RATE_FIGURES] for s in shared] for counts in (counts_a, counts_b)],
+                     dtype=np.float64)
+    draws = np.random.default_rng(seed).integers(0, len(shared), size=(resamples, len(shared)))
+    resampled = table[:, draws].sum(axis=2)  # (side, resample, figure, count/total)
+    full = table.sum(axis=1)  # (side, figure, count/total)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        difference = full[1, :, 0] / full[1, :, 1] - full[0, :, 0] / full[0, :, 1]
+        spread = resampled[1, ..., 0] / resampled[1, ..., 1] - resampled[0, ..., 0] / resampled[0, ..., 1]
+    rates = []
+    for column, figure in enumerate(RATE_FIGURES):
+        finite = spread[:, column][np.isfinite(spread[:, column])]
+        if not np.isfinite(difference[column]) or not finite.size:
+            rates.append(PairedRate(figure, len(shared), None, None, None))
+            continue
+        low, high = np.percentile(finite, [2.5, 97.5])
+        rates.append(PairedRate(figure, len(shared), round(float(difference[column]), 4),
+                                round(float(low), 4), round(float(high), 4)))
+    return rates
+
+
+def _game_counts(result: dict) -> dict[str, list[tuple[int, int]]]:
+    """Each game's rate counts by secret, rebuilt from its recorded moves (games without them are skipped)."""
+    counts = {}
+    for game in result.get("per_game", []):
+        moves = _moves(game.get("moves"))
+        if moves is not None:
+            counts[game["secret"]] = rate_counts(moves)
+    return counts
+
+
+def _moves(records) -> list[MoveRecord] | None:
+    """The MoveRecords of one game's JSON moves, or None if they are not a list of such records."""
+    if not isinstance(records, list):
+        return None
+    moves = []
+    for record in records:
+        if not isinstance(record, dict):
+            return None
+        try:
+            move = MoveRecord(**record)
+        except TypeError:
+            return None
+        if not (move.guess is None or isinstance(move.guess, str)) or not (
+                move.failure is None or isinstance(move.failure, str)):
+            return None
+        moves.append(move)
+    return moves

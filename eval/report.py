@@ -6,7 +6,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from eval.paired import paired_wins
+from eval.paired import paired_rates, paired_wins
 from solver.errors import UserError
 from solver.fileio import read_json
 
@@ -107,4 +107,11 @@ def compare_table(a: dict, b: dict, name_a: str, name_b: str) -> Table:
         table.add_row("same secrets: wins", str(paired.wins_a), str(paired.wins_b))
         table.add_row("won here only (paired)", str(paired.only_a), str(paired.only_b))
         table.add_row("sign test p, wins", f"{paired.p_value:.3f}", "")
+    labels = {key: label for label, key, _ in FIGURES}
+    rates = [rate for rate in paired_rates(a, b) if rate.difference is not None]
+    if rates:
+        table.add_row("change, right - left", f"{rates[0].games} secrets", "points [95% interval]")
+    for rate in rates:
+        table.add_row(f"  {labels[rate.figure]}", "",
+                      f"{100 * rate.difference:+.1f} [{100 * rate.low:+.1f}, {100 * rate.high:+.1f}]")
     return table

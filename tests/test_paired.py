@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from cli import cli
-from eval.paired import paired_wins, sign_test_p
+from eval.paired import paired_rates, paired_wins, sign_test_p
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def result(wins: dict[str, bool]) -> dict:
@@ -49,3 +52,57 @@ def test_compare_shows_and_writes_the_paired_figures(tmp_path):
     written = json.loads(out.read_text())
     assert written["paired_wins"] == {"games": 40, "wins_a": 2, "wins_b": 10, "only_a": 0, "only_b": 8,
                                       "p_value": pytest.approx(2 / 256)}
+    assert written["paired_rates"] == []  # these records hold no answers
+
+
+def test_compare_shows_the_rate_changes_of_two_real_evals(tmp_path):
+    out = tmp_path / "paired.json"
+    paths = [str(REPO / "results/pipeline-candidates" / name) for name in ("eval-sft.json", "eval-rl.json")]
+    shown = CliRunner().invoke(cli, ["eval", "--compare", *paths, "--json", str(out)])
+    assert shown.exit_code == 0, shown.output
+    assert "-21.4 [" in shown.output  # format-valid 58.74% -> 37.36%
+    rates = {r["figure"]: r for r in json.loads(out.read_text())["paired_rates"]}
+    assert rates["format_valid_rate"]["high"] < 0 < rates["consistency_rate"]["high"]
+
+
+def game(secret: str, failures: list[str | None], consistent: list[bool | None]) -> dict:
+    moves = [{"guess": f"g{i}", "failure": f, "text": None, "consistent": c, "regret_bits": None,
+              "regret_expected": None} for i, (f, c) in enumerate(zip(failures, consistent))]
+    return {"secret": secret, "won": False, "moves": moves}
+
+
+def test_rate_counts_rebuild_the_figures_of_a_real_eval():
+    """Summed per game from the recorded moves, the counts give back every rate the eval file states."""
+    from eval.harness import RATE_FIGURES, MoveRecord, rate_counts
+    data = json.loads((REPO / "results/pipeline-candidates/eval-sft.json").read_text())
+    counts = [rate_counts([MoveRecord(**m) for m in g["moves"]]) for g in data["per_game"]]
+    for key in RATE_FIGURES:
+        count, total = sum(c[key][0] for c in counts), sum(c[key][1] for c in counts)
+        assert round(count / total, 4) == data[key], key
+
+
+def test_paired_rates_of_identical_evals_are_zero():
+    a = {"per_game": [game(f"w{i}", [None, "not_allowed"], [True, None]) for i in range(20)]}
+    rates = {r.figure: r for r in paired_rates(a, a)}
+    assert rates["format_valid_rate"].difference == 0.0
+    assert (rates["format_valid_rate"].low, rates["format_valid_rate"].high) == (0.0, 0.0)
+    assert rates["later_consistency_rate"].difference is None  # no guess after the opener on either side
+
+
+def test_paired_rates_measure_a_change_and_its_spread():
+    """A plays half its answers, B all of them on 30 of 40 secrets: +37.5 points, an interval that excludes 0."""
+    secrets = [f"w{i:02d}" for i in range(40)]
+    a = {"per_game": [game(s, [None, "not_five_letters"], [True, None]) for s in secrets]}
+    b = {"per_game": [game(s, [None, None] if i < 30 else [None, "not_five_letters"], [True, False])
+                      for i, s in enumerate(secrets)] + [game("extra", ["no_tags"], [None])]}
+    rates = {r.figure: r for r in paired_rates(a, b)}
+    fv = rates["format_valid_rate"]
+    assert fv.games == 40 and fv.difference == pytest.approx(0.375)  # 70/80 - 40/80: "extra" is not shared
+    assert 0 < fv.low < fv.difference < fv.high < 0.5
+    assert paired_rates(a, b) == paired_rates(a, b)  # the same resamples for the same seed
+
+
+def test_paired_rates_skip_games_without_move_records():
+    a = {"per_game": [{"secret": "crane", "won": True}, game("slate", [None], [True])]}
+    b = {"per_game": [game("crane", [None], [True]), {"secret": "slate", "won": False, "moves": "?"}]}
+    assert paired_rates(a, b) == []
