@@ -101,7 +101,7 @@ def paired_rates(a: dict, b: dict, resamples: int = RESAMPLES, seed: int = 0) ->
     return rates
 
 
-def _game_counts(result: dict) -> dict[str, list[tuple[int, int]]]:
+def _game_counts(result: dict) -> dict[str, dict[str, tuple[int, int]]]:
     """Each game's rate counts by secret, rebuilt from its recorded moves (games without them are skipped)."""
     counts = {}
     for game in result.get("per_game", []):
