@@ -11,7 +11,12 @@ first, distinct guesses, at most `keep_per_state`. A kept answer's thought must 
 one the checker (sft/cot.py) accepts is trained on as written, any other is replaced by
 the true thought for the same guess, so a false claim ("Only vigor remains." when it
 does not) never becomes a target. Where no answer passes, the target is the solver's
-move with its chain of thought, so a position never goes untaught. The targets train
+move with its chain of thought, so a position never goes untaught. `replay` more targets
+are the expert's own moves at fresh start states (the empty board included), drawn as
+`gen-sft` draws its examples: without them every update pulls the adapter towards the
+positions the model reaches after turn `min_history` and nothing holds what SFT taught
+elsewhere (the pipeline's expert iteration left 19 of 32 openers unplayable, SFT 6). The
+targets train
 through the SFT trainer (sft/trainer.py), the same masked cross-entropy step the `sft`
 command runs, with RL's bias-corrected optimizer.
 """
@@ -59,6 +64,7 @@ class EISettings:
     batch_size: int = 4
     learning_rate: float = 1e-4  # a LoRA adapter, a few SFT steps per round
     warmup_steps: int = 2  # updates over which the rate ramps up to learning_rate
+    replay: int = 0  # expert demonstrations at fresh start states added to each step's targets
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,7 @@ class Targets:
     positions: int  # positions trained (those from turn min_history + 1 on)
     expert_states: int  # states where no sample passed and the solver's answer was used
     rewritten: int  # kept answers whose thought was false, trained with the true thought instead
+    replayed: int = 0  # expert demonstrations at fresh start states among the conversations
 
 
 class ExpertIteration:
@@ -98,8 +105,9 @@ class ExpertIteration:
                                      self.scorer.score([c.text for c in completions], start.state, start.secret))
                                for start, prompt, completions in zip(starts, prompts, answers)])
 
-    def targets(self, sampled: Rollout) -> Targets:
-        """One target (or up to `keep_per_state`) for each position from turn `min_history` + 1 on."""
+    def targets(self, sampled: Rollout, replay: list[StartState] = ()) -> Targets:
+        """One target (or up to `keep_per_state`) for each position from turn `min_history` + 1 on,
+        then the expert's move at each `replay` start state."""
         settings = self.settings
         trained = [g for g in sampled.groups if len(g.state.turns) >= settings.min_history]
         conversations, expert_states, rewritten = [], 0, 0
@@ -115,11 +123,15 @@ class ExpertIteration:
                 expert_states += 1
             conversations.extend(messages(group.state, group.rejected) + [{"role": "assistant", "content": text}]
                                  for text in kept)
-        return Targets(conversations, sampled, len(trained), expert_states, rewritten)
+        conversations.extend(messages(start.state) + [{"role": "assistant", "content": expert_answer(self.expert, start.state)}]
+                             for start in replay)
+        return Targets(conversations, sampled, len(trained), expert_states, rewritten, len(replay))
 
-    def step(self, starts: list[StartState], rng: np.random.Generator) -> dict[str, float | None]:
-        """Play or sample, filter, train; a non-finite loss undoes the step's updates and is counted."""
-        targets = self.targets(self.positions(starts, rng))
+    def step(self, starts: list[StartState], rng: np.random.Generator,
+             replay: list[StartState] = ()) -> dict[str, float | None]:
+        """Play or sample, filter, train (with the `replay` demonstrations); a non-finite loss
+        undoes the step's updates and is counted."""
+        targets = self.targets(self.positions(starts, rng), replay)
         seed = int(rng.integers(2**31))
         if not targets.positions:
             return {**targets.sampled.stats(self.rollout.temperature), "positions": 0,
@@ -134,7 +146,8 @@ class ExpertIteration:
         return {**targets.sampled.stats(self.rollout.temperature), "positions": positions,
                 "kept_fraction": 1.0 - targets.expert_states / positions,
                 "expert_fraction": targets.expert_states / positions,
-                "targets": len(targets.conversations), "rewritten_thoughts": targets.rewritten,
+                "targets": len(targets.conversations), "replayed": targets.replayed,
+                "rewritten_thoughts": targets.rewritten,
                 "loss": float(np.mean([s.loss for s in stats])),
                 "grad_norm": float(np.mean([s.grad_norm for s in stats])), "lr": stats[-1].learning_rate,
                 "nonfinite_skipped": 0 if finite else len(stats),

@@ -189,7 +189,7 @@ def _run_rl(request: RunRequest) -> dict | None:
     def ei_step(view: LiveView) -> dict:
         view.status(f"{ei_starts} {'games' if ei_played else 'positions'}")
         chosen = starts(ei_starts, config.ei.min_history)
-        figures = ei.step(chosen, rng)
+        figures = ei.step(chosen, rng, starts(config.ei.replay) if config.ei.replay else [])
         return whole_step({**figures, "secrets": sorted({s.secret for s in chosen})}, figures["positions"])
 
     def evaluate(step: int, view: LiveView) -> bool:

@@ -41,7 +41,7 @@ from rl.reward import RewardScorer
 from rl.rollout import Group, Rollout, RolloutSettings, play
 from rl.schedule import parse_schedule
 from sft.checkpoint import latest_checkpoint, load_checkpoint
-from sft.cot import check_thought, truthful_answer
+from sft.cot import check_thought, expert_answer, truthful_answer
 from sft.lora import AdapterSettings, attach_adapter, save_adapter, trainable_weights
 from sft.states import StartState, sample_start_states
 from solver.errors import UserError
@@ -419,6 +419,25 @@ def test_expert_iteration_trains_on_the_positions_its_own_games_reach(lora_model
     assert prompts[2] == render_state(starts[0].state, played.groups[2].rejected) != prompts[1]
     move = setup.solver().choose(starts[0].state)
     assert all(c[-1]["content"].endswith(f"<guess> {move}</guess>") for c in targets.conversations)
+
+
+def test_expert_iteration_replays_the_experts_moves_at_fresh_start_states(lora_model, setup, scorer):
+    """Replay targets hold what SFT taught where the model's own games do not train (the opener
+    included): each is the expert's move with its thought, under the plain prompt."""
+    model, tokenizer = lora_model
+    ei = ExpertIteration(model, tokenizer, scorer, setup.solver(),
+                         EISettings(games_per_step=1, samples=2, min_history=1, replay=3),
+                         RolloutSettings(max_tokens=8, batch_size=8))
+    starts = sample_start_states(setup, setup.solver(), ["bunny"], 1, np.random.default_rng(1), 2, min_history=1)
+    replay = [StartState("lowly", setup.start, ())] + sample_start_states(
+        setup, setup.solver(), ["crane", "lowly"], 2, np.random.default_rng(2), 4)
+    mx.random.seed(1)
+    targets = ei.targets(ei.positions(starts, np.random.default_rng(0)), replay)
+    assert targets.replayed == 3 and len(targets.conversations) == targets.positions + 3
+    for start, conversation in zip(replay, targets.conversations[-3:]):
+        assert conversation[1]["content"] == render_state(start.state)
+        assert conversation[-1]["content"] == expert_answer(setup.solver(), start.state)
+    assert targets.conversations[-3][-1]["content"].endswith(f"<guess> {setup.solver().choose(setup.start)}</guess>")
 
 
 def test_candidate_expert_teaches_words_that_fit_the_clues(lora_model, setup, scorer):
