@@ -16,14 +16,14 @@ are the expert's own moves at fresh start states (the empty board included), dra
 `gen-sft` draws its examples: without them every update pulls the adapter towards the
 positions the model reaches after turn `min_history` and nothing holds what SFT taught
 elsewhere (the pipeline's expert iteration left 19 of 32 openers unplayable, SFT 6). The
-targets train
-through the SFT trainer (sft/trainer.py), the same masked cross-entropy step the `sft`
-command runs, with RL's bias-corrected optimizer.
+targets train through the SFT trainer (sft/trainer.py), the same masked cross-entropy step
+the `sft` command runs, with RL's bias-corrected optimizer.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import mlx.core as mx
@@ -74,7 +74,7 @@ class Targets:
     positions: int  # positions trained (those from turn min_history + 1 on)
     expert_states: int  # states where no sample passed and the solver's answer was used
     rewritten: int  # kept answers whose thought was false, trained with the true thought instead
-    replayed: int = 0  # expert demonstrations at fresh start states among the conversations
+    replayed: int  # expert demonstrations at fresh start states among the conversations
 
 
 class ExpertIteration:
@@ -105,7 +105,7 @@ class ExpertIteration:
                                      self.scorer.score([c.text for c in completions], start.state, start.secret))
                                for start, prompt, completions in zip(starts, prompts, answers)])
 
-    def targets(self, sampled: Rollout, replay: list[StartState] = ()) -> Targets:
+    def targets(self, sampled: Rollout, replay: Sequence[StartState] = ()) -> Targets:
         """One target (or up to `keep_per_state`) for each position from turn `min_history` + 1 on,
         then the expert's move at each `replay` start state."""
         settings = self.settings
@@ -128,7 +128,7 @@ class ExpertIteration:
         return Targets(conversations, sampled, len(trained), expert_states, rewritten, len(replay))
 
     def step(self, starts: list[StartState], rng: np.random.Generator,
-             replay: list[StartState] = ()) -> dict[str, float | None]:
+             replay: Sequence[StartState] = ()) -> dict[str, float | None]:
         """Play or sample, filter, train (with the `replay` demonstrations); a non-finite loss
         undoes the step's updates and is counted."""
         targets = self.targets(self.positions(starts, rng), replay)
