@@ -10,7 +10,7 @@ temperature: the same secrets and seed for the three models. With `rl_eval_every
 > 0, RL also plays held-out validation games before it trains and every so many
 steps, and the best of those policies (RL/best) is the one compared; the default
 leaves that off, because on a 2-core CPU 16 such games take 3-4 minutes and the
-pipeline's RL stage is about 10.
+pipeline's RL stage 17-24 (results/rl-replay/).
 """
 
 from __future__ import annotations
