@@ -37,7 +37,7 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
     """Play every secret (or --games N of them) and report win rate, guesses and move quality."""
     from rich.console import Console
 
-    from eval.paired import paired_rates, paired_wins
+    from eval.paired import improvement_verdict, paired_rates, paired_wins
     from eval.report import compare_table, load_result, show_result
     from eval.run import ModelSpec, run_eval
     from solver.fileio import atomic_write_json
@@ -45,10 +45,14 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
 
     if compare:
         a, b = (load_result(p) for p in compare)
-        Console().print(compare_table(a, b, compare[0], compare[1]))
+        verdict = improvement_verdict(a, b)
+        console = Console()
+        console.print(compare_table(a, b, compare[0], compare[1]))
+        console.print(verdict.line(compare[0], compare[1]), markup=False, highlight=False)
         if json_path:
             atomic_write_json(json_path, {"a": compare[0], "b": compare[1], "paired_wins": paired_wins(a, b).to_json(),
-                                          "paired_rates": [rate.to_json() for rate in paired_rates(a, b)]})
+                                          "paired_rates": [rate.to_json() for rate in paired_rates(a, b)],
+                                          "verdict": verdict.to_json()})
         return
     from llm.generation import SamplingSettings
 

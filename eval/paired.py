@@ -128,3 +128,54 @@ def _moves(records) -> list[MoveRecord] | None:
             return None
         moves.append(move)
     return moves
+
+
+# Whether B plays better than A without trading one failure for another (the RL-learning issue's
+# test of an RL stage against its SFT start): these rates must rise, and those must not.
+MUST_RISE = ("format_valid_rate", "consistency_rate")
+MUST_NOT_RISE = ("invalid_word_rate", "repeat_rate")
+VERDICT_LABELS = {"format_valid_rate": "format-valid", "consistency_rate": "consistency",
+                  "invalid_word_rate": "invalid-word", "repeat_rate": "repeat"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Did B improve on A? `improved`: every figure of MUST_RISE rose and none of MUST_NOT_RISE
+    did (point estimates); `beyond_noise`: also every rise's interval lies above 0. `wrong_way`
+    names the figures that moved against it; `changes` holds each figure's PairedRate."""
+
+    judged: bool  # both sides have answers for every figure
+    improved: bool
+    beyond_noise: bool
+    wrong_way: tuple[str, ...]
+    changes: tuple[PairedRate, ...]
+
+    def to_json(self) -> dict:
+        return {"judged": self.judged, "improved": self.improved, "beyond_noise": self.beyond_noise,
+                "wrong_way": list(self.wrong_way), "changes": [change.to_json() for change in self.changes]}
+
+    def line(self, name_a: str, name_b: str) -> str:
+        """One sentence a user reads at the end of a run."""
+        if not self.judged:
+            return f"{name_b} vs {name_a}: not judged (a figure has no answers on one side)"
+        shown = ", ".join(f"{VERDICT_LABELS[c.figure]} {100 * c.difference:+.1f} [{100 * c.low:+.1f}, "
+                          f"{100 * c.high:+.1f}]" for c in self.changes)
+        if not self.improved:
+            return f"{name_b} did not improve on {name_a} (wrong way: {', '.join(self.wrong_way)}): {shown} points"
+        noise = "beyond noise" if self.beyond_noise else "within noise (an interval of a rise holds 0)"
+        return f"{name_b} improved on {name_a}, {noise}: {shown} points"
+
+
+def improvement_verdict(a: dict, b: dict, resamples: int = RESAMPLES, seed: int = 0) -> Verdict:
+    """B against A on their shared secrets: format-valid and consistency up, invalid words and
+    repeats not up, judged on the paired rates (eval/paired.py's bootstrap intervals)."""
+    rates = {rate.figure: rate for rate in paired_rates(a, b, resamples, seed)}
+    changes = tuple(rates[f] for f in MUST_RISE + MUST_NOT_RISE if f in rates)
+    known = len(changes) == len(MUST_RISE + MUST_NOT_RISE) and all(c.difference is not None for c in changes)
+    if not known:
+        return Verdict(False, False, False, (), changes)
+    wrong = tuple(VERDICT_LABELS[c.figure] for c in changes
+                  if (c.figure in MUST_RISE and c.difference <= 0) or (c.figure in MUST_NOT_RISE and c.difference > 0))
+    improved = not wrong
+    beyond = improved and all(c.low > 0 for c in changes if c.figure in MUST_RISE)
+    return Verdict(True, improved, beyond, wrong, changes)

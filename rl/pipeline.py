@@ -23,6 +23,7 @@ from typing import Callable
 from rich.console import Console
 from rich.table import Table
 
+from eval.paired import improvement_verdict
 from eval.report import FIGURES
 from llm import distributed
 from llm.generation import SamplingSettings
@@ -178,8 +179,10 @@ def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) ->
         results[name] = stages.run(f"eval-{name}", lambda spec=spec, name=name: _without_games(run_eval(
             "model", "answers", None, None, "test", settings.eval_games, settings.seed, SolverSettings(),
             str(out / f"eval-{name}.json"), show_progress, spec)))
+    verdict = improvement_verdict(*(read_json(out / f"eval-{name}.json", "eval results") for name in ("sft", "rl")))
     summary = {"out": str(out), "settings": asdict(settings), "eval": results,
                "rl_compared_step": rl["best_step"] if rl["best_adapter"] else rl["steps"],
+               "rl_vs_sft": {**verdict.to_json(), "summary": verdict.line("SFT", "RL")},
                "seconds": {name: stage["stage_seconds"] for name, stage in stages.done.items()}}
     atomic_write_json(out / "summary.json", summary)
     return summary

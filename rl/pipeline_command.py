@@ -41,6 +41,8 @@ def pipeline_command(out, model, seed, sft_games, expert, sft_iters, rl_steps, r
                                 rl_steps=rl_steps, rl_schedule=rl_schedule, ei_replay=ei_replay, group_size=group_size,
                                 eval_games=eval_games)
     summary = run_pipeline(Path(out), settings)
-    Console().print(comparison_table(summary))
+    console = Console()
+    console.print(comparison_table(summary))
+    console.print(summary["rl_vs_sft"]["summary"], markup=False, highlight=False)
     if json_path:
         atomic_write_json(json_path, summary)

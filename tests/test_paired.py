@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli import cli
-from eval.paired import paired_rates, paired_wins, sign_test_p
+from eval.paired import improvement_verdict, paired_rates, paired_wins, sign_test_p
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -106,3 +106,37 @@ def test_paired_rates_skip_games_without_move_records():
     a = {"per_game": [{"secret": "crane", "won": True}, game("slate", [None], [True])]}
     b = {"per_game": [game("crane", [None], [True]), {"secret": "slate", "won": False, "moves": "?"}]}
     assert paired_rates(a, b) == []
+
+
+def test_verdict_needs_every_figure_to_move_the_right_way():
+    """B plays a second guess that fits where A wrote a 4-letter word: format-valid and consistency
+    rise beyond noise on 40 secrets; the same B with a repeat in every game did not improve."""
+    secrets = [f"w{i:02d}" for i in range(40)]
+    a = {"per_game": [game(s, [None, "not_five_letters", None], [True, None, False]) for s in secrets]}
+    b = {"per_game": [game(s, [None, None, None] if i < 30 else [None, "not_five_letters", None],
+                           [True, True, False]) for i, s in enumerate(secrets)]}
+    verdict = improvement_verdict(a, b)
+    assert verdict.judged and verdict.improved and verdict.beyond_noise and verdict.wrong_way == ()
+    assert "B improved on A, beyond noise: format-valid +" in verdict.line("A", "B")
+    repeats = {"per_game": [game(s, [None, None, "already_guessed", None], [True, True, None, False])
+                            for s in secrets]}
+    worse = improvement_verdict(a, repeats)
+    assert worse.judged and not worse.improved and worse.wrong_way == ("repeat",)
+    assert worse.line("A", "B").startswith("B did not improve on A (wrong way: repeat)")
+    assert improvement_verdict(a, a).wrong_way == ("format-valid", "consistency")  # no change is no improvement
+
+
+def test_verdict_is_not_judged_without_answers():
+    a = {"per_game": [{"secret": "crane", "won": True}]}
+    verdict = improvement_verdict(a, a)
+    assert not verdict.judged and not verdict.improved
+    assert "not judged" in verdict.line("A", "B")
+
+
+def test_compare_prints_and_writes_the_verdict(tmp_path):
+    out = tmp_path / "paired.json"
+    paths = [str(REPO / "results/pipeline-candidates" / name) for name in ("eval-sft.json", "eval-rl.json")]
+    shown = CliRunner().invoke(cli, ["eval", "--compare", *paths, "--json", str(out)])
+    assert shown.exit_code == 0 and "did not improve" in " ".join(shown.output.split())
+    verdict = json.loads(out.read_text())["verdict"]
+    assert verdict["judged"] and not verdict["improved"] and verdict["wrong_way"] == ["format-valid"]

@@ -35,6 +35,9 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path_factory, tmp_path, monke
     secrets = [[g["secret"] for g in json.loads((out / f"eval-{m}.json").read_text())["per_game"]] for m in MODELS]
     assert secrets[0] == secrets[1] == secrets[2] and len(set(secrets[0])) == 3  # same held-out secrets
     assert all(summary["eval"][m]["games"] == 3 for m in MODELS)
+    verdict = summary["rl_vs_sft"]  # RL against SFT on those secrets, paired
+    assert {"judged", "improved", "beyond_noise", "wrong_way", "changes"} <= verdict.keys()
+    assert verdict["summary"].startswith("RL ")
     assert stages["sft"]["steps"] == 2 and stages["rl"]["steps"] == 2
     assert stages["gen-sft"]["examples"] > 12
     assert json.loads((out / "rl" / "config.json").read_text())["ei"]["replay"] == 3
