@@ -53,7 +53,7 @@ def run_eval(policy: str, secret_kind: str, answers: str | None, allowed: str | 
         split = split or "all"
         solver_player = SolverPlayer(setup.solver(settings))
         started = time.perf_counter()
-        solver_player.policy.load_kernels()  # and the opener, computed or read from disk: reported as setup
+        solver_player.policy.load_kernels(show_progress)  # and the opener, computed or read from disk: reported as setup
         setup_seconds = time.perf_counter() - started
         player: Player = solver_player
     else:

@@ -10,22 +10,22 @@ pass of the eval, so a shortlist of openers can be compared exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from solver.feedback import WIN
 from solver.state import MAX_GUESSES, GameState
 
-OPENER_VERSION = 7  # part of the cache key: bump when the choice of opener changes
+OPENER_VERSION = 8  # part of the cache key: bump when the choice of opener changes
 OPENER_WORK = 25_000
 FAIL_COST = 1_000_000  # in guesses: any opener that loses a game ranks below every one that does not
 # Openers from which every one of the 12,972 allowed words can be won in six (alex1770/wordle's
 # bighidden trees list the few that can; they rank ~900-1,100 by entropy, far outside any
-# shortlist). With the allowed list as secrets the lookahead loses a game after its shortlist
-# (LARES, TARES) and after SALET, LANTS, LARNT, PAREN and PANTS, and none after these (PRATE
-# mean 4.1240, TRAPE 4.1304, PEART 4.1321); greedy play loses two after each (and at least one
-# after each of 34 openers tried). Tried in this order when the shortlist's best loses.
-COMPLETE_OPENERS = ("prate", "trape", "peart")
+# shortlist), LANTS best of all (4.0777 at the optimum). With the allowed list as secrets the
+# lookahead loses none after LANTS (mean 4.0889) or PRATE (4.1240). Tried in this order, before
+# the shortlist, when the secrets are the allowed list.
+COMPLETE_OPENERS = ("lants", "prate", "trape", "peart")
 
 
 @dataclass
@@ -48,7 +48,8 @@ class TreeResult:
         return self.total_guesses / max(1, self.games)
 
 
-def play_tree(choose, root: GameState, first: str, bound: float = np.inf) -> TreeResult | None:
+def play_tree(choose, root: GameState, first: str, bound: float = np.inf,
+              on_settled: Callable[[str, int], None] | None = None) -> TreeResult | None:
     """Play `first`, then `choose(state)` at every position, against all candidates at once.
 
     Returns None as soon as the guesses spent plus the fewest still needed exceed
@@ -76,6 +77,8 @@ def play_tree(choose, root: GameState, first: str, bound: float = np.inf) -> Tre
                 owed += size * (turn + 1)
                 child = state.play(guess, int(pattern))
                 stack.append((child, choose(child)))
+        if on_settled is not None:
+            on_settled(first, len(patterns) if turn == MAX_GUESSES else int(np.count_nonzero(patterns == WIN)))
         if spent + owed > bound:
             return None
     return result
@@ -91,21 +94,22 @@ def opener_shortlist_size(n_secrets: int) -> int:
     return max(2, min(12, OPENER_WORK // n_secrets))
 
 
-def best_opener(choose, root: GameState, shortlist: list[str], fallbacks: tuple[str, ...] = ()) -> str:
-    """The opener in `shortlist` whose tree loses fewest games, then uses fewest guesses; if
-    each of them loses a game, the first of `fallbacks` that loses none, when there is one.
+def best_opener(choose, root: GameState, shortlist: list[str], complete: tuple[str, ...] = (),
+                on_settled: Callable[[str, int], None] | None = None) -> str:
+    """The first of `complete` (openers known to allow winning every game) whose tree loses
+    none; else the opener in `shortlist` whose tree loses fewest games, then uses fewest guesses.
 
-    A fallback's walk stops at its first lost game, so trying one that also loses costs
-    part of a walk; never losing comes before a lower mean.
+    `complete` is walked first, each walk stopping at its first lost game: with the allowed
+    list as secrets no shortlisted opener can win every game, and walking one costs minutes
+    of proof search at the positions it cannot win. Never losing comes before a lower mean.
+    `on_settled(opener, games)` hears of the games each walk settles (progress).
     """
+    for word in complete:
+        if root.lists.is_allowed(word) and play_tree(choose, root, word, FAIL_COST - 1, on_settled) is not None:
+            return word
     best, best_cost = shortlist[0], np.inf
     for word in shortlist:
-        result = play_tree(choose, root, word, best_cost)
+        result = play_tree(choose, root, word, best_cost, on_settled)
         if result is not None and tree_cost(result) < best_cost:
             best, best_cost = word, tree_cost(result)
-    if best_cost >= FAIL_COST:
-        for word in fallbacks:
-            if word not in shortlist and root.lists.is_allowed(word) \
-                    and play_tree(choose, root, word, FAIL_COST - 1) is not None:
-                return word
     return best

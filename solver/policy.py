@@ -16,10 +16,12 @@ as walking the decision tree once.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Iterator, Protocol
 
 import numpy as np
+from rich.progress import TaskID
 
 from solver.cache_files import load_entry, save_entry
 from solver.entropy import ROW_WISE_FROM, score_guesses
@@ -28,6 +30,7 @@ from solver.fileio import cache_dir
 from solver.feedback import WIN
 from solver.lookahead import FAIL_PENALTY, LOSS_LINE, distinct_splits, lookahead_costs
 from solver.opener import COMPLETE_OPENERS, OPENER_VERSION, best_opener, opener_shortlist_size
+from solver.progress import progress_bar
 from solver.safety import finishing_guess
 from solver.state import MAX_GUESSES, GameState
 
@@ -46,6 +49,23 @@ ALLOWED_SAFE_FROM = 5  # the same with the 12,972 allowed words as secrets: fami
 # lost a guess before 4 are left there; the answers list (gen-sft's) keeps SAFE_FROM and its speed
 PROVE_EXACT_FROM = 4  # guesses left from which that proof is one exact search (earlier it plays the policy on)
 PROVE_RIVALS = 30  # strong splitters tried when the chosen move is not proven
+
+
+@contextmanager
+def walk_progress(games: int, show: bool) -> Iterator[Callable[[str, int], None]]:
+    """A progress bar for each opener whose decision tree is walked; yields the callback
+    `best_opener` reports settled games to."""
+    with progress_bar("games", disable=not show) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def settled(opener: str, count: int) -> None:
+            if opener not in tasks:
+                for earlier in tasks.values():
+                    bar.update(earlier, visible=False)
+                tasks[opener] = bar.add_task(f"opener {opener.upper()}: walking its tree", total=games)
+            bar.advance(tasks[opener], count)
+
+        yield settled
 
 
 class Policy(Protocol):
@@ -134,25 +154,28 @@ class EntropySolver:
             return self.opener()
         return self.lists.allowed[self._solve(state).row]
 
-    def opener(self) -> str:
+    def opener(self, show_progress: bool = False) -> str:
         """First guess, computed once per word lists, secret list and settings, then read from
-        disk once per solver (every game starts here)."""
+        disk once per solver (every game starts here). Computing it walks whole decision
+        trees (minutes with the allowed list as secrets): `show_progress` shows them."""
         if self._opener is None:
-            self._opener = self._stored_opener()
+            self._opener = self._stored_opener(show_progress)
         return self._opener
 
-    def _stored_opener(self) -> str:
+    def _stored_opener(self, show_progress: bool) -> str:
         path = cache_dir() / OPENERS_FILE
         key = f"{self.lists.fingerprint}-{self.secret_kind}-{self.settings.label}-v{OPENER_VERSION}"
         opener = load_entry(path, key)
         if not (isinstance(opener, str) and self.lists.is_allowed(opener)):  # missing, or damaged: recompute
             root = self._root()
             shortlist = [s.word for s in self.rank(root, opener_shortlist_size(len(root.candidates)))]
-            opener = best_opener(self.choose, root, shortlist, COMPLETE_OPENERS)
+            complete = COMPLETE_OPENERS if self.secret_kind == "allowed" else ()
+            with walk_progress(len(root.candidates), show_progress) as on_settled:
+                opener = best_opener(self.choose, root, shortlist, complete, on_settled)
             save_entry(path, key, opener)
         return opener
 
-    def load_kernels(self) -> None:
+    def load_kernels(self, show_progress: bool = False) -> None:
         """Decide a few positions with a throwaway solver of the same settings, so that the
         compiled kernels a decision uses are loaded (numba reads them from its disk cache
         on first call, about half a second in all; in a fresh checkout it compiles them,
@@ -163,7 +186,7 @@ class EntropySolver:
         for size in (1, ROW_WISE_FROM):  # the scorer's two kernels, by candidate count
             score_guesses(self.matrix, np.arange(1), np.arange(min(size, self.matrix.shape[1])))
         throwaway = EntropySolver(self._root(), self.settings)
-        throwaway._opener = self.opener()
+        throwaway._opener = self.opener(show_progress)
         state = self._root()
         while not state.over:
             guess = throwaway.choose(state)
@@ -263,17 +286,30 @@ class EntropySolver:
         """`decision`, if it provably wins every candidate in time; else the best-ranked
         guess that does: first among the position's strong splitters, then among the
         guesses that best split the secrets the decision cannot prove (a family like
-        _ILLS needs words rich in its first letters). If none does, `decision` stands."""
+        _ILLS needs words rich in its first letters). Where proofs start 5 guesses out
+        (hard mode, the allowed list as secrets), last among every other move a proof
+        counts on (the rest of the pool, the candidates): a proof one turn up checks the
+        move played here, and without this step a position it had proven could be played
+        with a move that loses (after LANTS, the lookahead lost JILLS in a subtree its
+        own check had proven). The answers list proves from 4, never loses, and keeps
+        gen-sft's speed. If none does, `decision` stands."""
         if self._proven(state, decision.row, pool):
             return decision
         row = self._first_proven(state, pool[:PROVE_RIVALS], pool)
         if row < 0:
             row = self._first_proven(state, self._splitters_of(state, decision.row), pool)
+        if row < 0 and self.safe_from > SAFE_FROM:  # rare; 3 minutes after LANTS 10002
+            row = self._first_proven(state, self._proof_moves(state, pool)[PROVE_RIVALS:], pool)
         if row < 0:
             return decision
         if self.settings.lookahead or state.guesses_left <= ENDGAME_TURNS:
             return Decision(row, float(self._costs(state, np.array([row]), pool, np.inf)[0]))
         return Decision(row, np.nan)
+
+    def _proof_moves(self, state: GameState, pool: np.ndarray) -> np.ndarray:
+        """The moves an exact proof tries at a position, in its order: the pool, then
+        the candidates (always legal, in hard mode too)."""
+        return np.concatenate([pool, self._candidate_rows[state.candidates]])
 
     def _proven(self, state: GameState, row: int, pool: np.ndarray | None = None) -> bool:
         """Does `row` provably win every candidate in time? Exactly (within the pool) from

@@ -127,10 +127,27 @@ def test_allowed_secrets_win_the_games_greedy_used_to_lose(allowed_setup, opened
         assert state.won, (secret, state.guesses)
 
 
+def test_a_position_proven_from_above_is_won_by_the_moves_played(allowed_setup):
+    """After LANTS 10002 FIBER 02000 (29 secrets, 4 guesses left) the check one turn up had
+    proven a line, but the lookahead played one its own rivals could not prove and lost
+    VILLS and ZILLS: the move played must come from the moves a proof counts on."""
+    solver = allowed_setup.solver(SolverSettings(lookahead=True))
+    lists = allowed_setup.lists
+    position = allowed_setup.start.play("lants", parse_pattern("10002")).play("fiber", parse_pattern("02000"))
+    assert {"vills", "zills"} <= {lists.allowed[c] for c in position.candidates}
+    for column in position.candidates:
+        state = position
+        while not state.over:
+            move = solver.choose(state)
+            state = state.play(move, int(allowed_setup.matrix[lists.index(move), column]))
+        assert state.won, (lists.allowed[column], state.guesses)
+
+
 @pytest.mark.slow
 def test_lookahead_after_a_complete_opener_wins_the_ills_words(allowed_setup):
     """The lookahead's allowed-list losses (ZILLS after LARES, JILLS after SALET or LANTS)
-    are won after PRATE, the first of COMPLETE_OPENERS, which opener choice now falls back to."""
+    are won after LANTS, the first of COMPLETE_OPENERS, which opener choice falls back to
+    (at LANTS 10002 only a move from the far end of the pool proves: minutes of search)."""
     solver = allowed_setup.solver(SolverSettings(lookahead=True))
     lists = allowed_setup.lists
     for secret in ("zills", "jills", "vills", "wills"):
