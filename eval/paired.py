@@ -145,10 +145,13 @@ class Verdict:
     names the figures that moved against it; `changes` holds each figure's PairedRate."""
 
     judged: bool  # both sides have answers for every figure
-    improved: bool
     beyond_noise: bool
     wrong_way: tuple[str, ...]
     changes: tuple[PairedRate, ...]
+
+    @property
+    def improved(self) -> bool:
+        return self.judged and not self.wrong_way
 
     def to_json(self) -> dict:
         return {"judged": self.judged, "improved": self.improved, "beyond_noise": self.beyond_noise,
@@ -173,9 +176,8 @@ def improvement_verdict(a: dict, b: dict, resamples: int = RESAMPLES, seed: int 
     changes = tuple(rates[f] for f in MUST_RISE + MUST_NOT_RISE if f in rates)
     known = len(changes) == len(MUST_RISE + MUST_NOT_RISE) and all(c.difference is not None for c in changes)
     if not known:
-        return Verdict(False, False, False, (), changes)
+        return Verdict(False, False, (), changes)
     wrong = tuple(VERDICT_LABELS[c.figure] for c in changes
                   if (c.figure in MUST_RISE and c.difference <= 0) or (c.figure in MUST_NOT_RISE and c.difference > 0))
-    improved = not wrong
-    beyond = improved and all(c.low > 0 for c in changes if c.figure in MUST_RISE)
-    return Verdict(True, improved, beyond, wrong, changes)
+    beyond = not wrong and all(c.low > 0 for c in changes if c.figure in MUST_RISE)
+    return Verdict(True, beyond, wrong, changes)

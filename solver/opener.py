@@ -9,12 +9,15 @@ pass of the eval, so a shortlist of openers can be compared exactly.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
+from rich.progress import TaskID
 
 from solver.feedback import WIN
+from solver.progress import progress_bar
 from solver.state import MAX_GUESSES, GameState
 
 OPENER_VERSION = 8  # part of the cache key: bump when the choice of opener changes
@@ -113,3 +116,20 @@ def best_opener(choose, root: GameState, shortlist: list[str], complete: tuple[s
         if result is not None and tree_cost(result) < best_cost:
             best, best_cost = word, tree_cost(result)
     return best
+
+
+@contextmanager
+def walk_progress(games: int, show: bool) -> Iterator[Callable[[str, int], None]]:
+    """A progress bar for each opener whose decision tree is walked; yields the callback
+    `best_opener` reports settled games to."""
+    with progress_bar("games", disable=not show) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def settled(opener: str, count: int) -> None:
+            if opener not in tasks:
+                for earlier in tasks.values():
+                    bar.update(earlier, visible=False)
+                tasks[opener] = bar.add_task(f"opener {opener.upper()}: walking its tree", total=games)
+            bar.advance(tasks[opener], count)
+
+        yield settled

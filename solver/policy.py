@@ -16,12 +16,10 @@ as walking the decision tree once.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol
+from typing import Protocol
 
 import numpy as np
-from rich.progress import TaskID
 
 from solver.cache_files import load_entry, save_entry
 from solver.entropy import ROW_WISE_FROM, score_guesses
@@ -29,8 +27,7 @@ from solver.entropy_bound import EntropyBound
 from solver.fileio import cache_dir
 from solver.feedback import WIN
 from solver.lookahead import FAIL_PENALTY, LOSS_LINE, distinct_splits, lookahead_costs
-from solver.opener import COMPLETE_OPENERS, OPENER_VERSION, best_opener, opener_shortlist_size
-from solver.progress import progress_bar
+from solver.opener import COMPLETE_OPENERS, OPENER_VERSION, best_opener, opener_shortlist_size, walk_progress
 from solver.safety import finishing_guess
 from solver.state import MAX_GUESSES, GameState
 
@@ -49,23 +46,6 @@ ALLOWED_SAFE_FROM = 5  # the same with the 12,972 allowed words as secrets: fami
 # lost a guess before 4 are left there; the answers list (gen-sft's) keeps SAFE_FROM and its speed
 PROVE_EXACT_FROM = 4  # guesses left from which that proof is one exact search (earlier it plays the policy on)
 PROVE_RIVALS = 30  # strong splitters tried when the chosen move is not proven
-
-
-@contextmanager
-def walk_progress(games: int, show: bool) -> Iterator[Callable[[str, int], None]]:
-    """A progress bar for each opener whose decision tree is walked; yields the callback
-    `best_opener` reports settled games to."""
-    with progress_bar("games", disable=not show) as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def settled(opener: str, count: int) -> None:
-            if opener not in tasks:
-                for earlier in tasks.values():
-                    bar.update(earlier, visible=False)
-                tasks[opener] = bar.add_task(f"opener {opener.upper()}: walking its tree", total=games)
-            bar.advance(tasks[opener], count)
-
-        yield settled
 
 
 class Policy(Protocol):
@@ -295,21 +275,27 @@ class EntropySolver:
         gen-sft's speed. If none does, `decision` stands."""
         if self._proven(state, decision.row, pool):
             return decision
-        row = self._first_proven(state, pool[:PROVE_RIVALS], pool)
+        tried = pool[:PROVE_RIVALS]
+        row = self._first_proven(state, tried, pool)
         if row < 0:
-            row = self._first_proven(state, self._splitters_of(state, decision.row), pool)
+            splitters = self._splitters_of(state, decision.row)
+            row = self._first_proven(state, splitters, pool)
+            tried = np.concatenate([tried, splitters])
         if row < 0 and self.safe_from > SAFE_FROM:  # rare; 3 minutes after LANTS 10002
-            row = self._first_proven(state, self._proof_moves(state, pool)[PROVE_RIVALS:], pool)
+            row = self._first_proven(state, self._untried_proof_moves(state, pool, tried), pool)
         if row < 0:
             return decision
         if self.settings.lookahead or state.guesses_left <= ENDGAME_TURNS:
             return Decision(row, float(self._costs(state, np.array([row]), pool, np.inf)[0]))
         return Decision(row, np.nan)
 
-    def _proof_moves(self, state: GameState, pool: np.ndarray) -> np.ndarray:
-        """The moves an exact proof tries at a position, in its order: the pool, then
-        the candidates (always legal, in hard mode too)."""
-        return np.concatenate([pool, self._candidate_rows[state.candidates]])
+    def _untried_proof_moves(self, state: GameState, pool: np.ndarray, tried: np.ndarray) -> np.ndarray:
+        """The moves an exact proof tries at a position, in its order (the pool, then the
+        candidates: always legal, in hard mode too), each once and without those in `tried`
+        (far from the end each costs about a second to prove)."""
+        moves = np.concatenate([pool, self._candidate_rows[state.candidates]])
+        moves = moves[np.sort(np.unique(moves, return_index=True)[1])]
+        return moves[~np.isin(moves, tried)]
 
     def _proven(self, state: GameState, row: int, pool: np.ndarray | None = None) -> bool:
         """Does `row` provably win every candidate in time? Exactly (within the pool) from
