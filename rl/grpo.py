@@ -73,6 +73,7 @@ class GrpoSettings:
     updates_per_batch: int = 1  # optimizer steps on one batch of groups (>1 makes the ratio clip bite)
     groups_per_step: int = 8  # informative groups wanted per step
     max_rollouts: int = 4  # rounds of fresh games tried to find them
+    expert_in_group: bool = False  # ei.expert's answer joins every group as one more member (rl/guidance.py)
 
 
 def advantages(rewards: list[np.ndarray], scale: str, eps: float = 1e-6) -> list[np.ndarray]:
@@ -92,13 +93,16 @@ def informative_groups(groups: list[Group], tie_threshold: float) -> list[Group]
 
 
 def collect_groups(play_round, wanted: int, max_rounds: int, tie_threshold: float,
-                   on_round: Callable[[int, int], None] = lambda done, kept: None) -> tuple[Rollout, list[Group]]:
+                   on_round: Callable[[int, int], None] = lambda done, kept: None,
+                   guide: Callable[[Group], Group] | None = None) -> tuple[Rollout, list[Group]]:
     """Play fresh rounds of games until `wanted` informative groups exist (at most `max_rounds`).
 
     `play_round()` plays one round of games and returns its Rollout; `on_round(rounds
     done, informative groups so far)` is told before each round (a round takes minutes on
-    a CPU: the progress display says which one is running). Returns every game and group
-    played, and the informative groups.
+    a CPU: the progress display says which one is running). `guide`, when given, adds a
+    member to each group (the expert's answer, rl/guidance.py) before the tie test.
+    Returns every game and group played (as the model played them), and the informative
+    groups (guided).
     """
     rollout = Rollout()
     kept: list[Group] = []
@@ -106,7 +110,8 @@ def collect_groups(play_round, wanted: int, max_rounds: int, tie_threshold: floa
         on_round(done, len(kept))
         played = play_round()
         rollout.extend(played)
-        kept.extend(informative_groups(played.groups, tie_threshold))
+        groups = [guide(g) for g in played.groups] if guide is not None else played.groups
+        kept.extend(informative_groups(groups, tie_threshold))
         if len(kept) >= wanted:
             break
     return rollout, kept

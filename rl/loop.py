@@ -39,6 +39,7 @@ from llm.loading import portable_spec
 from rl.config import RLConfig, build_config, load_config_file
 from rl.expert_iteration import ExpertIteration
 from rl.grpo import GrpoLearner, collect_groups
+from rl.guidance import ExpertGuide, guidance_figures
 from rl.heldout import (BEST_DIR, BEST_FILE, BestSoFar, figures_of, heldout_record, heldout_summary,
                         is_training_step)
 from rl.policy import load_policy
@@ -150,7 +151,9 @@ def _run_rl(request: RunRequest) -> dict | None:
     solver = setup.solver()
     scorer = RewardScorer(setup, config.reward)
     grpo = GrpoLearner(model, config.grpo, config.rollout.temperature, tokenizer.eos_token_id)
-    ei = ExpertIteration(model, tokenizer, scorer, expert_policy(solver, config.ei.expert), config.ei, config.rollout)
+    expert = expert_policy(solver, config.ei.expert)
+    ei = ExpertIteration(model, tokenizer, scorer, expert, config.ei, config.rollout)
+    guide = ExpertGuide(expert, tokenizer, scorer) if config.grpo.expert_in_group else None
     optimizers = PhaseOptimizers(grpo.optimizer, ei.trainer.optimizer)
     optimizers.init(model.trainable_parameters())
     rng = np.random.default_rng(distributed.rank_seed(config.seed))
@@ -184,7 +187,7 @@ def _run_rl(request: RunRequest) -> dict | None:
 
     def grpo_step(view: LiveView) -> dict:
         return run_grpo_step(model, tokenizer, scorer, grpo, config, lambda: starts(games_per_round), rng,
-                             view.status, groups_wanted)
+                             view.status, groups_wanted, guide)
 
     def ei_step(view: LiveView) -> dict:
         view.status(f"{ei_starts} {'games' if ei_played else 'positions'}")
@@ -304,7 +307,8 @@ def _saved_best(checkpoint: Checkpoint) -> dict | None:
 
 def run_grpo_step(model, tokenizer, scorer: RewardScorer, learner: GrpoLearner, config: RLConfig,
                   fresh_starts: Callable[[], list], rng: np.random.Generator,
-                  status: Callable[[str], None] = lambda doing: None, groups_wanted: int | None = None) -> dict:
+                  status: Callable[[str], None] = lambda doing: None, groups_wanted: int | None = None,
+                  guide: ExpertGuide | None = None) -> dict:
     """One GRPO step: rounds of fresh games (`fresh_starts()` draws each round's start
     states) until enough informative groups (`groups_wanted`, this process's share under
     mlx.launch), then one update; its metrics.jsonl record, over every process.
@@ -312,14 +316,15 @@ def run_grpo_step(model, tokenizer, scorer: RewardScorer, learner: GrpoLearner, 
     Besides the learning figures, the record says what the step's time went into:
     answer tokens per second of the rollout, trained (answer) tokens per second of the
     update, each one's share of the step, and the share of the update's micro-batch
-    positions that were padding.
+    positions that were padding. With a `guide` (`grpo.expert_in_group`) the expert's
+    answer joins each group; how it stood against the samples is logged too.
     """
     rollout_start = time.perf_counter()
     wanted = config.grpo.groups_per_step if groups_wanted is None else groups_wanted
     rollout, kept = collect_groups(
         lambda: play(model, tokenizer, scorer, fresh_starts(), config.rollout, rng),
         wanted, config.grpo.max_rollouts, config.grpo.tie_threshold,
-        on_round=lambda done, found: status(f"round {done + 1}, {found}/{wanted} groups"))
+        on_round=lambda done, found: status(f"round {done + 1}, {found}/{wanted} groups"), guide=guide)
     update_start, rollout_peak = time.perf_counter(), mx.get_peak_memory()
     mx.reset_peak_memory()
     informative = int(distributed.total(len(kept)))
@@ -331,7 +336,8 @@ def run_grpo_step(model, tokenizer, scorer: RewardScorer, learner: GrpoLearner, 
                         "group_rewards": [[round(float(x), 4) for x in g.rewards.total] for g in rollout.groups]},
                        len(rollout.groups))
     rollout_seconds, update_seconds = update_start - rollout_start, update_end - update_start
-    return {**stats, **figures, "informative_groups": informative,
+    return {**stats, **figures, **(guidance_figures(kept) if guide is not None else {}),
+            "informative_groups": informative,
             "dropped_fraction": 1.0 - informative / stats["groups"],
             "rollout_seconds": rollout_seconds, "update_seconds": update_seconds,
             "rollout_share": rollout_seconds / (rollout_seconds + update_seconds),

@@ -34,6 +34,7 @@ from rl.expert_iteration import EISettings, ExpertIteration, passing_answers, tr
 from rl.grpo import (KL_LOG_RATIO_CLAMP, KL_TOKEN_CLAMP, GrpoLearner, GrpoSettings, adapter_disabled,
                      answer_logprobs, answer_tokens, collect_groups, advantages, group_batches, length_chunks,
                      prompt_kv)
+from rl.guidance import ExpertGuide, guidance_figures
 from rl.loop import PhaseOptimizers, RunRequest, run_grpo_step, run_rl
 from rl.policy import load_policy
 from rl.report import LiveView, curves, sparkline
@@ -133,6 +134,46 @@ def test_tied_groups_are_dropped_and_replaced(tiny_model_dir, setup, scorer):  #
                                    on_round=lambda done, found: told.append((done, found)))
     assert kept == [] and len(rollout.groups) == 3  # bounded attempts, then give up
     assert told == [(0, 0), (1, 0), (2, 0)]  # the progress display hears of every round before it runs
+
+
+def test_the_experts_answer_gives_a_group_of_failures_a_signal(tiny_model_dir, setup, scorer):  # noqa: F811
+    _, tokenizer = load_model(str(tiny_model_dir))
+    expert = expert_policy(setup.solver(), "candidates")
+    guide = ExpertGuide(expert, tokenizer, scorer)
+    tied = hand_made_group(tokenizer, scorer, setup, ["junk", "more junk"])
+    guided = guide(tied)
+    text = expert_answer(expert, tied.state)
+    assert [c.text for c in guided.completions] == ["junk", "more junk", text]
+    assert tokenizer.decode(list(guided.completions[-1].tokens)) == text  # the tokens the update trains
+    assert guided.state is tied.state and guided.prompt == tied.prompt
+    np.testing.assert_allclose(guided.rewards.total[:2], tied.rewards.total)  # the samples score as before
+    assert guided.rewards.total[2] > guided.rewards.total[0] + 2.0  # consistent, possible, informative, true
+    rollout, kept = collect_groups(lambda: Rollout([tied]), wanted=1, max_rounds=1, tie_threshold=0.05, guide=guide)
+    assert rollout.groups == [tied] and len(kept) == 1 and kept[0].completions[-1].text == text
+    (adv,) = advantages([kept[0].rewards.total], "batch")
+    assert adv[2] > 0 > adv[0] == adv[1]  # one update pushes the expert's answer up, the failures down
+    figures = guidance_figures(kept)
+    assert figures["expert_top_share"] == 1.0 and figures["sample_matched_expert_share"] == 0.0
+    assert figures["expert_reward_mean"] == pytest.approx(guided.rewards.total[2])
+
+
+def test_a_guided_grpo_step_trains_the_experts_answer_and_logs_it(lora_model, setup, scorer):
+    model, tokenizer = lora_model
+    config = build_config({"rollout": {"group_size": 2, "games_per_round": 1, "max_tokens": 8, "max_history": 1},
+                           "grpo": {"groups_per_step": 1, "max_rollouts": 1, "micro_batch_tokens": 64,
+                                    "expert_in_group": True},
+                           "ei": {"expert": "candidates"}})
+    learner = GrpoLearner(model, config.grpo, config.rollout.temperature, tokenizer.eos_token_id)
+    guide = ExpertGuide(expert_policy(setup.solver(), "candidates"), tokenizer, scorer)
+    rng = np.random.default_rng(4)
+    record = run_grpo_step(model, tokenizer, scorer, learner, config,
+                           lambda: sample_start_states(setup, setup.solver(), ["bunny"], 1, rng, 1), rng,
+                           guide=guide)
+    # The tiny model's 8-token answers never play: every group is a tie but for the expert's answer.
+    assert record["informative_groups"] == record["groups"] > 0 and record["expert_top_share"] == 1.0
+    assert record["invalid_rate"] == 1.0  # the rollout's figures are the model's own answers
+    assert record["trained_tokens"] > record["answer_tokens"] + 20  # the expert's answers were trained on
+    assert record["grad_norm"] > 0 and record["nonfinite_skipped"] == 0
 
 
 def test_live_view_says_what_the_running_step_does():
