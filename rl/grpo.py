@@ -76,9 +76,18 @@ class GrpoSettings:
     expert_in_group: bool = False  # ei.expert's answer joins every group as one more member (rl/guidance.py)
 
 
-def advantages(rewards: list[np.ndarray], scale: str, eps: float = 1e-6) -> list[np.ndarray]:
-    """Each group's rewards minus its mean, over the batch's, the group's or no std (`scale`)."""
-    centred = [np.asarray(r, dtype=np.float64) - np.mean(r) for r in rewards]
+def advantages(rewards: list[np.ndarray], scale: str, eps: float = 1e-6,
+               sampled: list[int] | None = None) -> list[np.ndarray]:
+    """Each group's rewards minus its baseline, over the batch's, the group's or no std (`scale`).
+
+    The baseline is the mean reward of the group's first `sampled[i]` members, the answers
+    the policy sampled (all of them when `sampled` is None): an expert's answer added to
+    the group (rl/guidance.py) is judged against the policy's answers but does not move
+    their baseline, which estimates what the policy itself scores there.
+    """
+    counts = sampled if sampled is not None else [len(r) for r in rewards]
+    centred = [np.asarray(r, dtype=np.float64) - np.mean(np.asarray(r, dtype=np.float64)[:n])
+               for r, n in zip(rewards, counts)]
     if scale == "group":
         return [c / (c.std() + eps) for c in centred]
     if scale == "batch":  # every process's groups under mlx.launch
@@ -373,7 +382,8 @@ class GrpoLearner:
         return figures
 
     def batches(self, groups: list[Group]) -> list[GroupBatch]:
-        scaled = advantages([g.rewards.total for g in groups], self.settings.advantage_scale)
+        scaled = advantages([g.rewards.total for g in groups], self.settings.advantage_scale,
+                            sampled=[len(g.completions) - g.expert_members for g in groups])
         return group_batches(groups, scaled, self.eos_token_id, self.settings.micro_batch_tokens)
 
     def gradients(self, batches: list[GroupBatch], refs: list[list[mx.array]] | None,

@@ -9,9 +9,12 @@ group whose samples fall short of the expert carries a signal: in one update the
 expert's answer is pushed up and the samples below it pushed down. This is mixed-policy
 GRPO (LUFFY, Yan et al. 2025) with the solver as the off-policy source.
 
+The baseline stays the mean of the sampled answers (rl/grpo.py `advantages`): the
+samples are ranked among themselves as without guidance, and the expert's answer is
+weighted by how much better than them it is; a group whose samples all failed alike
+teaches the expert's answer alone instead of pushing every sample down.
 With one update per batch (the default) every member's importance ratio is 1, the
-expert's included: its term is the expert answer's log-likelihood weighted by its
-advantage, supervised learning scaled by how much better than the group it is. The
+expert's included, so its term is supervised learning scaled by its advantage. The
 expert's answer never advances a game and stays out of the rollout's reward figures,
 which describe the model's own answers.
 """
@@ -42,7 +45,7 @@ class ExpertGuide:
         tokens = tuple(self.tokenizer.encode(text, add_special_tokens=False))
         completions = [*group.completions, Completion(text, tokens, "stop")]
         rewards = self.scorer.score([c.text for c in completions], group.state, group.secret)
-        return replace(group, completions=completions, rewards=rewards)
+        return replace(group, completions=completions, rewards=rewards, expert_members=group.expert_members + 1)
 
 
 def guidance_figures(groups: list[Group]) -> dict[str, float]:

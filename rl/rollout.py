@@ -51,6 +51,7 @@ class Group:
     completions: list[Completion]
     rewards: GroupRewards
     rejected: tuple[Rejection, ...] = ()  # answers refused at this turn, named in the prompt
+    expert_members: int = 0  # the last completions are an expert's answers, not sampled (rl/guidance.py)
 
 
 @dataclass

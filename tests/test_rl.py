@@ -112,6 +112,8 @@ def test_advantages_on_hand_made_groups():
                                np.array([-1, 0, 1]) / (math.sqrt(2 / 3) + 1e-6))
     np.testing.assert_allclose(advantages([np.array([0.0, 0.0, 4.0, 0.0])], "none")[0], [-1, -1, 3, -1])
     assert not advantages([np.array([2.5, 2.5])], "group")[0].any()  # a tie: nothing to learn
+    # An expert's answer (the last member) is measured against the samples' mean, not its own.
+    np.testing.assert_allclose(advantages([np.array([1.0, 3.0, 10.0])], "none", sampled=[2])[0], [-1, 1, 8])
     # The issue's example: a 0.001 difference weighs like a win under the group's own std,
     # and stays a thousandth of the batch's spread under the batch std.
     tiny, big = np.array([1.5, 1.501, 1.5, 1.5]), np.array([0.0, 3.0, 0.0, 0.0])
@@ -150,8 +152,9 @@ def test_the_experts_answer_gives_a_group_of_failures_a_signal(tiny_model_dir, s
     assert guided.rewards.total[2] > guided.rewards.total[0] + 2.0  # consistent, possible, informative, true
     rollout, kept = collect_groups(lambda: Rollout([tied]), wanted=1, max_rounds=1, tie_threshold=0.05, guide=guide)
     assert rollout.groups == [tied] and len(kept) == 1 and kept[0].completions[-1].text == text
-    (adv,) = advantages([kept[0].rewards.total], "batch")
-    assert adv[2] > 0 > adv[0] == adv[1]  # one update pushes the expert's answer up, the failures down
+    assert kept[0].expert_members == 1
+    (adv,) = advantages([kept[0].rewards.total], "batch", sampled=[2])
+    assert adv[2] > 0 and adv[0] == adv[1] == 0  # the expert's answer is pushed up; tied failures are left alone
     figures = guidance_figures(kept)
     assert figures["expert_top_share"] == 1.0 and figures["sample_matched_expert_share"] == 0.0
     assert figures["expert_reward_mean"] == pytest.approx(guided.rewards.total[2])
