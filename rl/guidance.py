@@ -3,10 +3,9 @@
 Why: a small model that rarely writes a guess fitting the clues (about 1 answer in 20
 after the opener, for the pipeline's SFT model) fills a group of 4 with answers that
 fail alike; their rewards tie, the group is dropped, and the position teaches nothing
-(most of a step's groups on the CPU runs of results/). With the expert's answer, the
+(5-62% of a step's groups in the CPU runs of results/). With the expert's answer, the
 move and thought expert iteration would teach there, scored beside the samples, every
-group whose samples fall short of the expert carries a signal: in one update the
-expert's answer is pushed up and the samples below it pushed down. This is mixed-policy
+group whose samples fall short of the expert carries a signal. This is mixed-policy
 GRPO (LUFFY, Yan et al. 2025) with the solver as the off-policy source.
 
 The baseline stays the mean of the sampled answers (rl/grpo.py `advantages`): the
