@@ -4,6 +4,8 @@
 
 The walk is the opener choice's own (`solver.opener.play_tree`): the solver's decision
 tree, split by feedback at each node, so 12,972 games cost about one pass of the eval.
+The last guesses it plays are recorded on the way, and a secret that a last guess does
+not hit is a lost game.
 """
 
 from __future__ import annotations
@@ -11,40 +13,36 @@ from __future__ import annotations
 import sys
 import time
 
-import numpy as np
-
 from solver.feedback import WIN
+from solver.opener import play_tree
 from solver.policy import SolverSettings
 from solver.setup import load_setup
-from solver.state import MAX_GUESSES
+from solver.state import GameState
+
+LOSS = 7  # guesses a lost game counts for in the mean
 
 
 def main(opener: str, mode: str) -> None:
     setup = load_setup("allowed")
     solver = setup.solver(SolverSettings(lookahead=mode == "lookahead"))
-    lists, matrix = setup.lists, setup.matrix
+    last_guesses: list[tuple[GameState, str]] = []
+
+    def choose(state: GameState) -> str:
+        guess = solver.choose(state)
+        if state.guesses_left == 1:
+            last_guesses.append((state, guess))
+        return guess
+
     started = time.perf_counter()
-    total, games, lost = 0, 0, []
-    stack = [(setup.start, opener)]
-    while stack:
-        state, guess = stack.pop()
-        patterns = matrix[lists.index(guess)][state.candidates]
-        turn = len(state.turns) + 1
-        for pattern in np.unique(patterns):
-            if pattern == WIN:
-                total, games = total + turn, games + 1
-            elif turn == MAX_GUESSES:
-                line = [(t.guess, t.pattern) for t in state.turns] + [(guess, int(pattern))]
-                secrets = state.candidates[patterns == pattern]
-                lost += [(lists.allowed[c], line) for c in secrets]
-                total, games = total + 7 * len(secrets), games + len(secrets)
-            else:
-                child = state.play(guess, int(pattern))
-                stack.append((child, solver.choose(child)))
-    print(f"{opener} {mode}: {games} games, {len(lost)} lost, mean {total / games:.4f} (a loss = 7), "
+    result = play_tree(choose, setup.start, opener)
+    print(f"{opener} {mode}: {result.games} games, {result.fails} lost, "
+          f"mean {(result.total_guesses + LOSS * result.fails) / result.games:.4f} (a loss = {LOSS}), "
           f"{time.perf_counter() - started:.0f} s")
-    for secret, line in lost:
-        print("  lost", secret, line)
+    for state, guess in last_guesses:
+        line = [(t.guess, t.pattern) for t in state.turns] + [guess]
+        missed = state.candidates[setup.matrix[setup.lists.index(guess)][state.candidates] != WIN]
+        for secret in missed:
+            print("  lost", setup.lists.allowed[secret], line)
 
 
 if __name__ == "__main__":
