@@ -65,6 +65,10 @@ class EISettings:
     learning_rate: float = 1e-4  # a LoRA adapter, a few SFT steps per round
     warmup_steps: int = 2  # updates over which the rate ramps up to learning_rate
     replay: int = 0  # expert demonstrations at fresh start states added to each step's targets
+    # The expert's moves at the `drill` positions after its opener that the most training secrets
+    # lead to (sft/states.py frequent_openings), added to every step's targets: the same positions
+    # each step, so they are taught until they stick (results/rl-drill/).
+    drill: int = 0
 
 
 @dataclass(frozen=True)
@@ -74,15 +78,18 @@ class Targets:
     positions: int  # positions trained (those from turn min_history + 1 on)
     expert_states: int  # states where no sample passed and the solver's answer was used
     rewritten: int  # kept answers whose thought was false, trained with the true thought instead
-    replayed: int  # expert demonstrations at fresh start states among the conversations
+    replayed: int  # expert demonstrations at fresh start states (and drilled positions) among the conversations
 
 
 class ExpertIteration:
     """One SFT trainer (and its optimizer) for every expert-iteration step of a run."""
 
     def __init__(self, model, tokenizer, scorer: RewardScorer, expert: Policy, settings: EISettings,
-                 rollout: RolloutSettings) -> None:
+                 rollout: RolloutSettings, drill: Sequence[StartState] = ()) -> None:
+        """`drill`: positions whose expert move joins every step's targets (`EISettings.drill`)."""
         self.model = model
+        self.drill = list(drill)
+        self._drill_answers = [expert_answer(expert, s.state) for s in self.drill]
         self.tokenizer = tokenizer
         self.scorer = scorer
         self.expert = expert
@@ -107,7 +114,7 @@ class ExpertIteration:
 
     def targets(self, sampled: Rollout, replay: Sequence[StartState] = ()) -> Targets:
         """One target (or up to `keep_per_state`) for each position from turn `min_history` + 1 on,
-        then the expert's move at each `replay` start state."""
+        then the expert's move at each `replay` start state and at each drilled position."""
         settings = self.settings
         trained = [g for g in sampled.groups if len(g.state.turns) >= settings.min_history]
         conversations, expert_states, rewritten = [], 0, 0
@@ -125,7 +132,9 @@ class ExpertIteration:
                                  for text in kept)
         conversations.extend(messages(start.state) + [{"role": "assistant", "content": expert_answer(self.expert, start.state)}]
                              for start in replay)
-        return Targets(conversations, sampled, len(trained), expert_states, rewritten, len(replay))
+        conversations.extend(messages(start.state) + [{"role": "assistant", "content": answer}]
+                             for start, answer in zip(self.drill, self._drill_answers))
+        return Targets(conversations, sampled, len(trained), expert_states, rewritten, len(replay) + len(self.drill))
 
     def step(self, starts: list[StartState], rng: np.random.Generator,
              replay: Sequence[StartState] = ()) -> dict[str, float | None]:

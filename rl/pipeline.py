@@ -30,6 +30,7 @@ from llm.generation import SamplingSettings
 from rl.schedule import parse_schedule
 from sft.gen_data import MAX_GAMES
 from solver.errors import UserError
+from solver.feedback import WIN  # the last pattern: as many patterns as a drill can teach
 from solver.fileio import atomic_write_json, read_json
 
 STAGES_FILE = "stages.json"
@@ -63,6 +64,9 @@ class PipelineSettings:
     # The expert's moves at fresh start states added to each expert-iteration step: without them
     # the updates unlearned the opener (13 of 32 playable, SFT 26; results/rl-replay/).
     ei_replay: int = 16
+    # The expert's moves at the positions after its opener that most training secrets lead to,
+    # taught at every expert-iteration step (0: none; results/rl-drill/).
+    ei_drill: int = 0
     grpo_lr: float = 1e-4
     grpo_groups: int = 4  # informative groups per GRPO step, from one round of games
     eval_games: int = 32  # test games per model in the comparison
@@ -78,6 +82,8 @@ class PipelineSettings:
                 raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.ei_replay < 0:
             raise UserError(f"--ei-replay must be 0 (none) or positive, got {self.ei_replay}")
+        if not 0 <= self.ei_drill <= WIN:
+            raise UserError(f"--ei-drill must be 0 (none) to {WIN}, got {self.ei_drill}")
         if self.rl_eval_every < 0:
             raise UserError(f"--rl-eval-every must be 0 (off) or positive, got {self.rl_eval_every}")
         parse_schedule(self.rl_schedule)  # a bad --rl-schedule fails before gen-sft and SFT run
@@ -145,7 +151,7 @@ def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) ->
                                   "eval_games": settings.rl_eval_games, "eval_every": settings.rl_eval_every,
                                   "ei.learning_rate": settings.ei_lr, "ei.sft_steps": settings.ei_sft_steps,
                                   "ei.games_per_step": settings.ei_games, "ei.expert": settings.expert, "ei.samples": settings.ei_samples,
-                                  "ei.replay": settings.ei_replay,
+                                  "ei.replay": settings.ei_replay, "ei.drill": settings.ei_drill,
                                   "grpo.learning_rate": settings.grpo_lr, "grpo.groups_per_step": settings.grpo_groups,
                                   "grpo.max_rollouts": 1},
                              "pipeline")

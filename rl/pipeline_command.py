@@ -26,11 +26,13 @@ DEFAULT = PipelineSettings()
               help='RL phases in turn, e.g. "grpo:1" for GRPO alone (results/rl-candidates-variants/).')
 @click.option("--ei-replay", type=int, default=DEFAULT.ei_replay, show_default=True,
               help="The expert's moves at fresh start states added to each expert-iteration step (0: none).")
+@click.option("--ei-drill", type=int, default=DEFAULT.ei_drill, show_default=True,
+              help="Positions after the opener (those most secrets lead to) taught at every expert-iteration step.")
 @click.option("--group-size", type=int, default=DEFAULT.group_size, show_default=True, help="GRPO group size G.")
 @click.option("--eval-games", type=int, default=DEFAULT.eval_games, show_default=True, help="Held-out games per model.")
 @json_option
-def pipeline_command(out, model, seed, sft_games, expert, sft_iters, rl_steps, rl_schedule, ei_replay, group_size,
-                     eval_games, json_path) -> None:
+def pipeline_command(out, model, seed, sft_games, expert, sft_iters, rl_steps, rl_schedule, ei_replay, ei_drill,
+                     group_size, eval_games, json_path) -> None:
     """Teach the model Wordle end to end and compare base, SFT and RL on held-out secrets."""
     from rich.console import Console
 
@@ -38,8 +40,8 @@ def pipeline_command(out, model, seed, sft_games, expert, sft_iters, rl_steps, r
     from solver.fileio import atomic_write_json
 
     settings = PipelineSettings(model=model, seed=seed, sft_games=sft_games, expert=expert, sft_iters=sft_iters,
-                                rl_steps=rl_steps, rl_schedule=rl_schedule, ei_replay=ei_replay, group_size=group_size,
-                                eval_games=eval_games)
+                                rl_steps=rl_steps, rl_schedule=rl_schedule, ei_replay=ei_replay, ei_drill=ei_drill,
+                                group_size=group_size, eval_games=eval_games)
     summary = run_pipeline(Path(out), settings)
     console = Console()
     console.print(comparison_table(summary))

@@ -13,7 +13,7 @@ from rl.pipeline import MODELS, STAGES_FILE, PipelineSettings, run_pipeline
 def test_pipeline_runs_every_stage_and_resumes(tmp_path_factory, tmp_path, monkeypatch):
     tiny = str(cached_tiny_model(tmp_path_factory.mktemp("tiny")))
     settings = PipelineSettings(model=tiny, sft_games=12, sft_iters=2, rl_steps=2, rl_games=2, group_size=2,
-                                eval_games=3, max_tokens=12, ei_replay=3)
+                                eval_games=3, max_tokens=12, ei_replay=3, ei_drill=2)
     out = tmp_path / "run"
 
     def killed(*args, **kwargs):
@@ -40,9 +40,10 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path_factory, tmp_path, monke
     assert verdict["summary"].startswith("RL ")
     assert stages["sft"]["steps"] == 2 and stages["rl"]["steps"] == 2
     assert stages["gen-sft"]["examples"] > 12
-    assert json.loads((out / "rl" / "config.json").read_text())["ei"]["replay"] == 3
+    rl_config = json.loads((out / "rl" / "config.json").read_text())
+    assert rl_config["ei"]["replay"] == 3 and rl_config["ei"]["drill"] == 2
     ei_steps = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["replayed"] for r in ei_steps if r.get("phase") == "ei"] == [3, 3]
+    assert [r["replayed"] for r in ei_steps if r.get("phase") == "ei"] == [5, 5]  # 3 fresh + the 2 drilled
 
     # A second run finds every stage done and only re-prints the comparison.
     again = run_pipeline(out, settings, show_progress=False)

@@ -44,7 +44,7 @@ from rl.schedule import parse_schedule
 from sft.checkpoint import latest_checkpoint, load_checkpoint
 from sft.cot import check_thought, expert_answer, truthful_answer
 from sft.lora import AdapterSettings, attach_adapter, save_adapter, trainable_weights
-from sft.states import StartState, sample_start_states
+from sft.states import StartState, frequent_openings, sample_start_states
 from solver.errors import UserError
 from solver.feedback import feedback
 from solver.policy import expert_policy
@@ -482,6 +482,42 @@ def test_expert_iteration_replays_the_experts_moves_at_fresh_start_states(lora_m
         assert conversation[1]["content"] == render_state(start.state)
         assert conversation[-1]["content"] == expert_answer(setup.solver(), start.state)
     assert targets.conversations[-3][-1]["content"].endswith(f"<guess> {setup.solver().choose(setup.start)}</guess>")
+
+
+def test_frequent_openings_are_the_positions_most_secrets_lead_to(setup):
+    """One position per pattern after the opener, those most answers give first."""
+    answers = setup.lists.secrets("answers")
+    openings = frequent_openings(setup, "raise", answers + ("raise",), 40)
+    row = setup.matrix[setup.lists.index("raise")]
+    counts = np.bincount(row[np.arange(len(answers))], minlength=243)
+    patterns = [s.state.turns[0].pattern for s in openings]
+    assert len(set(patterns)) == 40 and 242 not in patterns  # the opener's own win is no position to teach
+    assert [counts[p] for p in patterns] == sorted(counts[:242], reverse=True)[:40]
+    assert counts[patterns].sum() / len(answers) > 0.8
+    for start in openings:
+        assert start.state.turns[0].guess == "raise" and not start.state.over
+        assert feedback("raise", start.secret) == start.state.turns[0].pattern
+    every = frequent_openings(setup, "raise", answers, 242)  # asking for more than exist gives them all
+    assert len(every) == np.count_nonzero(counts[:242]) and [s.secret for s in every[:40]] == [s.secret for s in openings]
+
+
+def test_expert_iteration_drills_the_same_positions_every_step(lora_model, setup, scorer):
+    """Drilled positions join every step's targets, each with the expert's move, whatever was played."""
+    model, tokenizer = lora_model
+    expert = expert_policy(setup.solver(), "candidates")
+    drill = frequent_openings(setup, "raise", setup.lists.secrets("answers"), 3)
+    ei = ExpertIteration(model, tokenizer, scorer, expert, EISettings(games_per_step=1, samples=2, drill=3),
+                         RolloutSettings(max_tokens=8, batch_size=8), drill)
+    starts = sample_start_states(setup, setup.solver(), ["bunny"], 1, np.random.default_rng(1), 1, min_history=1)
+    mx.random.seed(1)
+    for seed in (0, 1):
+        targets = ei.targets(ei.positions(starts, np.random.default_rng(seed)))
+        assert targets.replayed == 3 and len(targets.conversations) == targets.positions + 3
+        for start, conversation in zip(drill, targets.conversations[-3:]):
+            assert conversation[1]["content"] == render_state(start.state)
+            assert conversation[-1]["content"] == expert_answer(expert, start.state)
+            guess = parse_answer(conversation[-1]["content"]).guess
+            assert start.state.constraints.allows(guess)  # the candidates expert's move fits the clues
 
 
 def test_candidate_expert_teaches_words_that_fit_the_clues(lora_model, setup, scorer):
