@@ -86,8 +86,8 @@ def advantages(rewards: list[np.ndarray], scale: str, eps: float = 1e-6,
     their baseline, which estimates what the policy itself scores there.
     """
     counts = sampled if sampled is not None else [len(r) for r in rewards]
-    centred = [np.asarray(r, dtype=np.float64) - np.mean(np.asarray(r, dtype=np.float64)[:n])
-               for r, n in zip(rewards, counts)]
+    arrays = [np.asarray(r, dtype=np.float64) for r in rewards]
+    centred = [a - a[:n].mean() for a, n in zip(arrays, counts)]
     if scale == "group":
         return [c / (c.std() + eps) for c in centred]
     if scale == "batch":  # every process's groups under mlx.launch

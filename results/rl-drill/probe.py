@@ -18,11 +18,12 @@ import mlx.core as mx  # noqa: E402
 from llm.format import parse_answer, prompt_tokens  # noqa: E402
 from llm.generation import SamplingSettings, sample  # noqa: E402
 from llm.loading import load_model  # noqa: E402
+from sft.states import secret_columns  # noqa: E402
 from solver.setup import load_setup  # noqa: E402
 
 adapter, out, k = sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 4
 setup = load_setup("answers")
-lists, columns = setup.lists, {w: i for i, w in enumerate(setup.lists.secrets("answers"))}
+lists, columns = setup.lists, secret_columns(setup)
 here = Path(__file__).resolve().parent
 secrets = [g["secret"] for g in json.loads((here.parent / "pipeline-candidates/eval-sft.json").read_text())["per_game"]]
 row = setup.matrix[lists.index("raise")]
