@@ -21,6 +21,7 @@ from rl.reward import MAX_WEIGHT, RewardWeights
 from rl.rollout import CHOICES, RolloutSettings
 from rl.schedule import Schedule, parse_schedule
 from sft.lora import AdapterSettings
+from sft.states import MAX_DRILL_DEPTH
 from solver.errors import UserError
 from solver.feedback import WIN
 from solver.fileio import parse_json, read_text
@@ -70,6 +71,7 @@ RANGES: dict[str, tuple[float, float] | tuple[float, float, str]] = {
     "ei.states_per_step": (1, 100_000), "ei.games_per_step": (1, 100_000), "ei.samples": (1, 256), "ei.threshold": (-_INF, _INF),
     "ei.keep_per_state": (1, 256), "ei.sft_steps": (1, 100_000), "ei.batch_size": (1, 4096),
     "ei.learning_rate": (0.0, 1.0, "("), "ei.replay": (0, 100_000), "ei.drill": (0, WIN),
+    "ei.drill_depth": (1, MAX_DRILL_DEPTH), "ei.drill_refused": (0.0, 1.0),
     "lora.rank": (1, 1024), "lora.scale": (0.0, 1000.0, "("), "lora.dropout": (0.0, 1.0),
 }
 CHOICE_KEYS = {"secrets": SECRET_KINDS, "rollout.choose": CHOICES, "grpo.advantage_scale": ADVANTAGE_SCALES,

@@ -30,7 +30,7 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_map
 
-from llm.format import messages, prompt_tokens
+from llm.format import Rejection, messages, prompt_tokens
 from llm.generation import sample
 from rl.optimizer import rl_optimizer
 from rl.reward import GroupRewards, RewardScorer
@@ -38,7 +38,7 @@ from rl.rollout import Group, Rollout, RolloutSettings, play
 from sft.cot import check_thought, expert_answer, truthful_answer
 from sft.data import Conversation
 from sft.lora import trainable_weights
-from sft.states import StartState
+from sft.states import StartState, sample_rejections
 from sft.trainer import OptimizerSettings, SFTTrainer
 from solver.policy import Policy
 
@@ -65,10 +65,15 @@ class EISettings:
     learning_rate: float = 1e-4  # a LoRA adapter, a few SFT steps per round
     warmup_steps: int = 2  # updates over which the rate ramps up to learning_rate
     replay: int = 0  # expert demonstrations at fresh start states added to each step's targets
-    # The expert's moves at the `drill` positions after its opener that the most training secrets
-    # lead to (sft/states.py frequent_openings), added to every step's targets: the same positions
-    # each step, so they are taught until they stick (results/rl-drill/).
+    # The expert's moves at the `drill` positions its own games reach most often after each of its
+    # first `drill_depth` moves (sft/states.py frequent_positions), added to every step's targets:
+    # the same positions each step, so they are taught until they stick (results/rl-drill/).
     drill: int = 0
+    drill_depth: int = 1
+    # Share of the drilled prompts, drawn anew each step, that name one or two answers refused at
+    # that turn (sft/states.py sample_rejections), as eval names them: a model drilled without
+    # them gave a drilled answer again and again once it had been refused (results/rl-drill/).
+    drill_refused: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -112,9 +117,11 @@ class ExpertIteration:
                                      self.scorer.score([c.text for c in completions], start.state, start.secret))
                                for start, prompt, completions in zip(starts, prompts, answers)])
 
-    def targets(self, sampled: Rollout, replay: Sequence[StartState] = ()) -> Targets:
+    def targets(self, sampled: Rollout, replay: Sequence[StartState] = (),
+                rng: np.random.Generator | None = None) -> Targets:
         """One target (or up to `keep_per_state`) for each position from turn `min_history` + 1 on,
-        then the expert's move at each `replay` start state and at each drilled position."""
+        then the expert's move at each `replay` start state and at each drilled position (whose
+        prompt names refused answers, a `drill_refused` share of them, drawn with `rng`)."""
         settings = self.settings
         trained = [g for g in sampled.groups if len(g.state.turns) >= settings.min_history]
         conversations, expert_states, rewritten = [], 0, 0
@@ -132,15 +139,19 @@ class ExpertIteration:
                                  for text in kept)
         conversations.extend(messages(start.state) + [{"role": "assistant", "content": expert_answer(self.expert, start.state)}]
                              for start in replay)
-        conversations.extend(messages(start.state) + [{"role": "assistant", "content": answer}]
+        conversations.extend(messages(start.state, self._refused(start, rng))
+                             + [{"role": "assistant", "content": answer}]
                              for start, answer in zip(self.drill, self._drill_answers))
         return Targets(conversations, sampled, len(trained), expert_states, rewritten, len(replay) + len(self.drill))
+
+    def _refused(self, start: StartState, rng: np.random.Generator | None) -> tuple[Rejection, ...]:
+        return () if rng is None else sample_rejections(start.state, rng, self.settings.drill_refused)
 
     def step(self, starts: list[StartState], rng: np.random.Generator,
              replay: Sequence[StartState] = ()) -> dict[str, float | None]:
         """Play or sample, filter, train (with the `replay` demonstrations); a non-finite loss
         undoes the step's updates and is counted."""
-        targets = self.targets(self.positions(starts, rng), replay)
+        targets = self.targets(self.positions(starts, rng), replay, rng)
         seed = int(rng.integers(2**31))
         if not targets.positions:
             return {**targets.sampled.stats(self.rollout.temperature), "positions": 0,

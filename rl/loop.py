@@ -48,7 +48,7 @@ from rl.rollout import play
 from sft.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
 from sft.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from sft.run import MetricsLog
-from sft.states import frequent_openings, sample_start_states
+from sft.states import frequent_positions, sample_start_states
 from solver.errors import UserError
 from solver.fileio import atomic_replace_dir, atomic_write_json
 from solver.policy import expert_policy
@@ -152,7 +152,7 @@ def _run_rl(request: RunRequest) -> dict | None:
     scorer = RewardScorer(setup, config.reward)
     grpo = GrpoLearner(model, config.grpo, config.rollout.temperature, tokenizer.eos_token_id)
     expert = expert_policy(solver, config.ei.expert)
-    drill = frequent_openings(setup, expert.choose(setup.start), secrets, config.ei.drill) if config.ei.drill else ()
+    drill = frequent_positions(setup, expert, secrets, config.ei.drill, config.ei.drill_depth) if config.ei.drill else ()
     ei = ExpertIteration(model, tokenizer, scorer, expert, config.ei, config.rollout, drill)
     guide = ExpertGuide(expert, tokenizer, scorer) if config.grpo.expert_in_group else None
     optimizers = PhaseOptimizers(grpo.optimizer, ei.trainer.optimizer)

@@ -29,6 +29,7 @@ from llm import distributed
 from llm.generation import SamplingSettings
 from rl.schedule import parse_schedule
 from sft.gen_data import MAX_GAMES
+from sft.states import MAX_DRILL_DEPTH
 from solver.errors import UserError
 from solver.feedback import WIN  # the last pattern: as many patterns as a drill can teach
 from solver.fileio import atomic_write_json, read_json
@@ -67,6 +68,7 @@ class PipelineSettings:
     # The expert's moves at the positions after its opener that most training secrets lead to,
     # taught at every expert-iteration step (0: none; results/rl-drill/).
     ei_drill: int = 0
+    ei_drill_depth: int = 1  # drill after each of the expert's first N moves (ei.drill_depth)
     grpo_lr: float = 1e-4
     grpo_groups: int = 4  # informative groups per GRPO step, from one round of games
     eval_games: int = 32  # test games per model in the comparison
@@ -84,6 +86,8 @@ class PipelineSettings:
             raise UserError(f"--ei-replay must be 0 (none) or positive, got {self.ei_replay}")
         if not 0 <= self.ei_drill <= WIN:
             raise UserError(f"--ei-drill must be 0 (none) to {WIN}, got {self.ei_drill}")
+        if not 1 <= self.ei_drill_depth <= MAX_DRILL_DEPTH:
+            raise UserError(f"--ei-drill-depth must be 1 to {MAX_DRILL_DEPTH}, got {self.ei_drill_depth}")
         if self.rl_eval_every < 0:
             raise UserError(f"--rl-eval-every must be 0 (off) or positive, got {self.rl_eval_every}")
         parse_schedule(self.rl_schedule)  # a bad --rl-schedule fails before gen-sft and SFT run
@@ -152,6 +156,7 @@ def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) ->
                                   "ei.learning_rate": settings.ei_lr, "ei.sft_steps": settings.ei_sft_steps,
                                   "ei.games_per_step": settings.ei_games, "ei.expert": settings.expert, "ei.samples": settings.ei_samples,
                                   "ei.replay": settings.ei_replay, "ei.drill": settings.ei_drill,
+                                  "ei.drill_depth": settings.ei_drill_depth,
                                   "grpo.learning_rate": settings.grpo_lr, "grpo.groups_per_step": settings.grpo_groups,
                                   "grpo.max_rollouts": 1},
                              "pipeline")

@@ -28,11 +28,13 @@ DEFAULT = PipelineSettings()
               help="The expert's moves at fresh start states added to each expert-iteration step (0: none).")
 @click.option("--ei-drill", type=int, default=DEFAULT.ei_drill, show_default=True,
               help="Positions after the opener (those most secrets lead to) taught at every expert-iteration step.")
+@click.option("--ei-drill-depth", type=int, default=DEFAULT.ei_drill_depth, show_default=True,
+              help="Drill that many positions after each of the expert's first N moves, not just its opener.")
 @click.option("--group-size", type=int, default=DEFAULT.group_size, show_default=True, help="GRPO group size G.")
 @click.option("--eval-games", type=int, default=DEFAULT.eval_games, show_default=True, help="Held-out games per model.")
 @json_option
 def pipeline_command(out, model, seed, sft_games, expert, sft_iters, rl_steps, rl_schedule, ei_replay, ei_drill,
-                     group_size, eval_games, json_path) -> None:
+                     ei_drill_depth, group_size, eval_games, json_path) -> None:
     """Teach the model Wordle end to end and compare base, SFT and RL on held-out secrets."""
     from rich.console import Console
 
@@ -41,7 +43,7 @@ def pipeline_command(out, model, seed, sft_games, expert, sft_iters, rl_steps, r
 
     settings = PipelineSettings(model=model, seed=seed, sft_games=sft_games, expert=expert, sft_iters=sft_iters,
                                 rl_steps=rl_steps, rl_schedule=rl_schedule, ei_replay=ei_replay, ei_drill=ei_drill,
-                                group_size=group_size, eval_games=eval_games)
+                                ei_drill_depth=ei_drill_depth, group_size=group_size, eval_games=eval_games)
     summary = run_pipeline(Path(out), settings)
     console = Console()
     console.print(comparison_table(summary))

@@ -25,6 +25,7 @@ SOLVER, CANDIDATE, RANDOM = "solver", "candidate", "random"
 DEFAULT_REJECTED = 0.2  # share of examples whose prompt names answers refused at that turn
 CANDIDATE_SHARE = 2 / 3  # of the off-policy turns; the rest are random accepted words
 DEFAULT_OFF_POLICY = 0.5
+MAX_DRILL_DEPTH = MAX_GUESSES - 1  # positions after 5 moves still have a guess to teach
 
 
 @dataclass(frozen=True)
@@ -75,27 +76,41 @@ def sample_start_states(setup: Setup, solver: Policy, secrets: list[str] | tuple
                                min_history) for i in picks]
 
 
-def frequent_openings(setup: Setup, opener: str, secrets: list[str] | tuple[str, ...], k: int) -> list[StartState]:
-    """The positions right after `opener` that most of `secrets` lead to: one per feedback
-    pattern, the `k` patterns the most secrets give, most common first (ties: lower pattern).
+def frequent_positions(setup: Setup, expert: Policy, secrets: list[str] | tuple[str, ...], k: int,
+                       depth: int = 1) -> list[StartState]:
+    """The positions the expert's own games reach most often: at each depth 1..`depth` (turns
+    played), the `k` positions the most `secrets` lead to, most common first (ties: the
+    earlier feedback patterns), shallowest depth first.
 
-    A model that opens with `opener` reaches one of these at its second guess in most games
-    (after RAISE, 40 of the 129 patterns cover 81% of the answers), so they are the positions
-    worth teaching until they stick. Each carries the first secret (in list order) that gives
-    its pattern, so it can be played and scored like any start state.
+    A model that plays the expert's moves reaches one of these in most games: after RAISE,
+    40 of the 129 second-guess positions cover 81% of the answers. Teaching the second guess
+    alone made a model answer that guess again at turn 3 (results/rl-drill/), so deeper
+    positions show it what follows. Each carries the first secret (in list order) that leads
+    there, so it can be played and scored like any start state; a game the expert has won
+    by then leads nowhere.
     """
     columns = secret_columns(setup)
-    row = setup.matrix[setup.lists.index(opener)]
-    first: dict[int, str] = {}
-    counts: dict[int, int] = {}
+    moves: dict[tuple[int, ...], str] = {}  # the expert's move after each pattern sequence, memoised
+    reached: list[dict[tuple[int, ...], list]] = [{} for _ in range(depth)]  # patterns -> [count, secret, state]
     for secret in secrets:
-        pattern = int(row[columns[secret]])
-        if pattern == WIN:  # the opener won: no second guess to teach
-            continue
-        counts[pattern] = counts.get(pattern, 0) + 1
-        first.setdefault(pattern, secret)
-    top = sorted(counts, key=lambda p: (-counts[p], p))[:k]
-    return [StartState(first[p], setup.start.play(opener, p), (SOLVER,)) for p in top]
+        state, patterns = setup.start, ()
+        for level in reached:
+            if patterns not in moves:
+                moves[patterns] = expert.choose(state)
+            guess = moves[patterns]
+            pattern = int(setup.matrix[setup.lists.index(guess), columns[secret]])
+            if pattern == WIN:
+                break
+            patterns += (pattern,)
+            if patterns not in level:
+                level[patterns] = [0, secret, state.play(guess, pattern)]
+            level[patterns][0] += 1
+            state = level[patterns][2]
+    chosen = []
+    for level in reached:
+        top = sorted(level, key=lambda key: (-level[key][0], key))[:k]
+        chosen.extend(StartState(level[key][1], level[key][2], (SOLVER,) * len(key)) for key in top)
+    return chosen
 
 
 def sample_rejections(state: GameState, rng: np.random.Generator, share: float = DEFAULT_REJECTED

@@ -62,6 +62,7 @@ def test_unusable_numbers_are_refused(tmp_path, args, message):
     (["--rl-schedule", "ppo:2"], "unknown phase 'ppo'"),
     (["--ei-replay", "-1"], "--ei-replay must be 0 (none) or positive"),
     (["--ei-drill", "243"], "--ei-drill must be 0 (none) to 242"),
+    (["--ei-drill-depth", "6"], "--ei-drill-depth must be 1 to 5"),
 ])
 def test_pipeline_checks_every_stage_before_the_first(tmp_path, tiny_model_dir, flags, message):  # noqa: F811
     assert_one_error(run("pipeline", "--model", tiny_model_dir, "--out", tmp_path / "p", *flags), message)

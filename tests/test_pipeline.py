@@ -13,7 +13,8 @@ from rl.pipeline import MODELS, STAGES_FILE, PipelineSettings, run_pipeline
 def test_pipeline_runs_every_stage_and_resumes(tmp_path_factory, tmp_path, monkeypatch):
     tiny = str(cached_tiny_model(tmp_path_factory.mktemp("tiny")))
     settings = PipelineSettings(model=tiny, sft_games=12, sft_iters=2, rl_steps=2, rl_games=2, group_size=2,
-                                eval_games=3, max_tokens=12, ei_replay=3, ei_drill=2)
+                                eval_games=3, max_tokens=12, ei_replay=3, ei_drill=2,
+                                ei_drill_depth=2)
     out = tmp_path / "run"
 
     def killed(*args, **kwargs):
@@ -41,9 +42,9 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path_factory, tmp_path, monke
     assert stages["sft"]["steps"] == 2 and stages["rl"]["steps"] == 2
     assert stages["gen-sft"]["examples"] > 12
     rl_config = json.loads((out / "rl" / "config.json").read_text())
-    assert rl_config["ei"]["replay"] == 3 and rl_config["ei"]["drill"] == 2
+    assert rl_config["ei"]["replay"] == 3 and rl_config["ei"]["drill"] == 2 and rl_config["ei"]["drill_depth"] == 2
     ei_steps = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["replayed"] for r in ei_steps if r.get("phase") == "ei"] == [5, 5]  # 3 fresh + the 2 drilled
+    assert [r["replayed"] for r in ei_steps if r.get("phase") == "ei"] == [7, 7]  # 3 fresh + 2 drilled at each of 2 depths
 
     # A second run finds every stage done and only re-prints the comparison.
     again = run_pipeline(out, settings, show_progress=False)

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import mlx.core as mx
@@ -44,7 +45,7 @@ from rl.schedule import parse_schedule
 from sft.checkpoint import latest_checkpoint, load_checkpoint
 from sft.cot import check_thought, expert_answer, truthful_answer
 from sft.lora import AdapterSettings, attach_adapter, save_adapter, trainable_weights
-from sft.states import StartState, frequent_openings, sample_start_states
+from sft.states import StartState, frequent_positions, sample_start_states
 from solver.errors import UserError
 from solver.feedback import feedback
 from solver.policy import expert_policy
@@ -484,20 +485,38 @@ def test_expert_iteration_replays_the_experts_moves_at_fresh_start_states(lora_m
     assert targets.conversations[-3][-1]["content"].endswith(f"<guess> {setup.solver().choose(setup.start)}</guess>")
 
 
-def test_frequent_openings_are_the_positions_most_secrets_lead_to(setup):
-    """One position per pattern after the opener, those most answers give first."""
+def test_frequent_positions_are_those_the_experts_games_reach_most(setup):
+    """Depth 1: one position per pattern after the opener, those most answers give first; depth 2:
+    the expert's second move played at them, ranked by how many answers lead there."""
     answers = setup.lists.secrets("answers")
-    openings = frequent_openings(setup, "raise", answers + ("raise",), 40)
-    row = setup.matrix[setup.lists.index("raise")]
+    expert = expert_policy(setup.solver(), "candidates")
+    opener = expert.choose(setup.start)
+    positions = frequent_positions(setup, expert, answers + (opener,), 40, depth=2)
+    openings, seconds = positions[:40], positions[40:]
+    row = setup.matrix[setup.lists.index(opener)]
     counts = np.bincount(row[np.arange(len(answers))], minlength=243)
     patterns = [s.state.turns[0].pattern for s in openings]
     assert len(set(patterns)) == 40 and 242 not in patterns  # the opener's own win is no position to teach
     assert [counts[p] for p in patterns] == sorted(counts[:242], reverse=True)[:40]
     assert counts[patterns].sum() / len(answers) > 0.8
     for start in openings:
-        assert start.state.turns[0].guess == "raise" and not start.state.over
-        assert feedback("raise", start.secret) == start.state.turns[0].pattern
-    every = frequent_openings(setup, "raise", answers, 242)  # asking for more than exist gives them all
+        assert start.state.turns[0].guess == opener and not start.state.over
+        assert feedback(opener, start.secret) == start.state.turns[0].pattern
+
+    def path(secret: str) -> tuple[int, ...]:
+        """The patterns of the expert's first two moves against `secret`."""
+        state = setup.start.play(opener, feedback(opener, secret))
+        return (state.turns[0].pattern, feedback(expert.choose(state), secret))
+
+    reached = Counter(path(a) for a in answers if feedback(opener, a) != 242)
+    keys = [tuple(t.pattern for t in s.state.turns) for s in seconds]
+    assert len(seconds) == 40 and len(set(keys)) == 40 and all(k[1] != 242 for k in keys)
+    assert [reached[k] for k in keys] == sorted((n for k, n in reached.items() if k[1] != 242), reverse=True)[:40]
+    for start in seconds:
+        first = setup.start.play(opener, start.state.turns[0].pattern)
+        assert start.state.turns[1].guess == expert.choose(first) != opener
+        assert path(start.secret) == tuple(t.pattern for t in start.state.turns) and start.players == ("solver",) * 2
+    every = frequent_positions(setup, expert, answers, 242)  # asking for more than exist gives them all
     assert len(every) == np.count_nonzero(counts[:242]) and [s.secret for s in every[:40]] == [s.secret for s in openings]
 
 
@@ -505,7 +524,7 @@ def test_expert_iteration_drills_the_same_positions_every_step(lora_model, setup
     """Drilled positions join every step's targets, each with the expert's move, whatever was played."""
     model, tokenizer = lora_model
     expert = expert_policy(setup.solver(), "candidates")
-    drill = frequent_openings(setup, "raise", setup.lists.secrets("answers"), 3)
+    drill = frequent_positions(setup, expert, setup.lists.secrets("answers"), 3)
     ei = ExpertIteration(model, tokenizer, scorer, expert, EISettings(games_per_step=1, samples=2, drill=3),
                          RolloutSettings(max_tokens=8, batch_size=8), drill)
     starts = sample_start_states(setup, setup.solver(), ["bunny"], 1, np.random.default_rng(1), 1, min_history=1)
@@ -518,6 +537,27 @@ def test_expert_iteration_drills_the_same_positions_every_step(lora_model, setup
             assert conversation[-1]["content"] == expert_answer(expert, start.state)
             guess = parse_answer(conversation[-1]["content"]).guess
             assert start.state.constraints.allows(guess)  # the candidates expert's move fits the clues
+
+
+def test_drilled_prompts_name_refused_answers_a_share_of_the_time(lora_model, setup, scorer):
+    """With `drill_refused`, drilled prompts name answers refused at that turn (drawn anew each
+    step, an earlier guess among them), and the target is still the expert's move."""
+    model, tokenizer = lora_model
+    expert = expert_policy(setup.solver(), "candidates")
+    drill = frequent_positions(setup, expert, setup.lists.secrets("answers"), 20, depth=2)
+    ei = ExpertIteration(model, tokenizer, scorer, expert, EISettings(drill=20, drill_depth=2, drill_refused=1.0),
+                         RolloutSettings(max_tokens=8, batch_size=8), drill)
+    empty = Rollout(groups=[])
+    steps = [ei.targets(empty, rng=np.random.default_rng(seed)).conversations for seed in (0, 1)]
+    for conversations in steps:
+        assert len(conversations) == 40
+        for start, conversation in zip(drill, conversations):
+            assert conversation[1]["content"].startswith(render_state(start.state).split("\nYou have")[0])
+            assert "Not accepted: " in conversation[1]["content"]
+            assert conversation[-1]["content"] == expert_answer(expert, start.state)
+    assert [c[1]["content"] for c in steps[0]] != [c[1]["content"] for c in steps[1]]  # drawn anew each step
+    assert any("(already guessed)" in c[1]["content"] for c in steps[0])
+    assert all("Not accepted" not in c[1]["content"] for c in ei.targets(empty).conversations)  # no dice, none
 
 
 def test_candidate_expert_teaches_words_that_fit_the_clues(lora_model, setup, scorer):
