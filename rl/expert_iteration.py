@@ -72,7 +72,8 @@ class EISettings:
     drill_depth: int = 1
     # Share of the drilled prompts, drawn anew each step, that name one or two answers refused at
     # that turn (sft/states.py sample_rejections), as eval names them: a model drilled without
-    # them gave a drilled answer again and again once it had been refused (results/rl-drill/).
+    # them gave a drilled answer again once it had been refused; with half of them it still
+    # did at the positions not drilled (results/rl-drill/, D5).
     drill_refused: float = 0.0
 
 

@@ -83,9 +83,9 @@ def frequent_positions(setup: Setup, expert: Policy, secrets: list[str] | tuple[
     earlier feedback patterns), shallowest depth first.
 
     A model that plays the expert's moves reaches one of these in most games: after RAISE,
-    40 of the 129 second-guess positions cover 81% of the answers. Teaching the second guess
-    alone made a model answer that guess again at turn 3 (results/rl-drill/), so deeper
-    positions show it what follows. Each carries the first secret (in list order) that leads
+    40 of the 129 second-guess positions cover 81% of the answers. Deeper positions show what
+    follows the drilled second guess (a model drilled on it alone answered it again at turn 3;
+    drilling depth 2 too did not stop that: results/rl-drill/, D4). Each carries the first secret (in list order) that leads
     there, so it can be played and scored like any start state; a game the expert has won
     by then leads nowhere.
     """

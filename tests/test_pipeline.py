@@ -44,7 +44,7 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path_factory, tmp_path, monke
     rl_config = json.loads((out / "rl" / "config.json").read_text())
     assert rl_config["ei"]["replay"] == 3 and rl_config["ei"]["drill"] == 2 and rl_config["ei"]["drill_depth"] == 2
     ei_steps = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["replayed"] for r in ei_steps if r.get("phase") == "ei"] == [7, 7]  # 3 fresh + 2 drilled at each of 2 depths
+    assert [r["replayed"] for r in ei_steps if r.get("phase") == "ei"] == [7, 7]  # 3 fresh + 2 drilled a depth
 
     # A second run finds every stage done and only re-prints the comparison.
     again = run_pipeline(out, settings, show_progress=False)
