@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from llm.format import ALREADY_GUESSED, NOT_ALLOWED, NOT_FIVE_LETTERS, Rejection
-from solver.policy import Policy
 from solver.feedback import WIN
+from solver.policy import Policy
 from solver.setup import Setup
 from solver.state import MAX_GUESSES, GameState
 
@@ -85,9 +85,9 @@ def frequent_positions(setup: Setup, expert: Policy, secrets: list[str] | tuple[
     A model that plays the expert's moves reaches one of these in most games: after RAISE,
     40 of the 129 second-guess positions cover 81% of the answers. Deeper positions show what
     follows the drilled second guess (a model drilled on it alone answered it again at turn 3;
-    drilling depth 2 too did not stop that: results/rl-drill/, D4). Each carries the first secret (in list order) that leads
-    there, so it can be played and scored like any start state; a game the expert has won
-    by then leads nowhere.
+    drilling depth 2 too did not stop that: results/rl-drill/, D4). Each carries the first
+    secret (in list order) that leads there, so it can be played and scored like any start
+    state; a game the expert has won by then leads nowhere.
     """
     columns = secret_columns(setup)
     moves: dict[tuple[int, ...], str] = {}  # the expert's move after each pattern sequence, memoised
