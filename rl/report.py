@@ -26,7 +26,7 @@ SPARKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 60
 # The held-out figures drawn against step (eval/validation.py's FIGURES, prefixed per run kind).
 HELD_OUT_CURVES = ("wins", "win_rate", "mean_guesses", "format_valid_rate", "invalid_word_rate", "repeat_rate",
-                   "consistency_rate")
+                   "consistency_rate", "later_consistency_rate")
 SFT_PREFIX = "eval_"  # sft/run.py's held-out figures
 # (label, key, format) of the figures the live view shows for the latest step.
 LIVE_FIGURES = (

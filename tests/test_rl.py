@@ -841,6 +841,7 @@ def test_report_draws_the_curves(reference_run, tmp_path):
     assert report["curves"]["reward_mean"]["step"] == [1, 2, 3]
     assert report["curves"]["cumulative_wins"] == {"step": [2], "value": [0]}
     assert report["curves"]["heldout_wins"] == {"step": [0, 2, 3], "value": [0, 0, 0]}
+    assert "heldout_later_consistency_rate" in report["curves"]  # the rate past the opener (none played here)
     assert report["title"].endswith("(3 held-out games at temperature 0.7)") and "heldout_wins" in result.output
     assert run_cli("report", tmp_path / "nothing").exit_code == 2
     pytest.importorskip("matplotlib")
