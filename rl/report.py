@@ -17,6 +17,7 @@ from rich.live import Live
 from rich.table import Table
 
 from eval.report import is_number
+from eval.validation import FIGURES as HELD_OUT_FIGURES
 from rl.heldout import PREFIX, is_training_step
 from sft.run import MetricsLog
 from solver.errors import UserError
@@ -24,9 +25,11 @@ from solver.progress import progress_bar
 
 SPARKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 60
-# The held-out figures drawn against step (eval/validation.py's FIGURES, prefixed per run kind).
-HELD_OUT_CURVES = ("wins", "win_rate", "mean_guesses", "format_valid_rate", "invalid_word_rate", "repeat_rate",
-                   "consistency_rate", "later_consistency_rate")
+# The held-out figures drawn against step, prefixed per run kind: every figure a run logs for its
+# held-out games but the game count, the regret and the games lost to invalid answers, so a
+# figure added there is drawn here too.
+HELD_OUT_CURVES = tuple(name for name in HELD_OUT_FIGURES
+                        if name not in ("games", "mean_regret_bits", "lost_to_invalid"))
 SFT_PREFIX = "eval_"  # sft/run.py's held-out figures
 # (label, key, format) of the figures the live view shows for the latest step.
 LIVE_FIGURES = (
