@@ -27,4 +27,11 @@ tar -C "$work" -cf - site | xz -T0 -6 > "$work/kit/site.tar.xz"
 rm -rf "$out" && mkdir -p "$out"
 tar -C "$work" -cf - kit | split -b "$part_size" -d - "$out/part-"
 ls -l "$out"
+# what one call carries: the repo's tracked and untracked-not-ignored files, plus one part
+repo=$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+largest=$(du -b "$out"/part-* | sort -n | tail -1 | cut -f1)
+if [ $(( repo + largest )) -gt $(( 64 * 1024 * 1024 )) ]; then
+    echo "error: the repo ($repo bytes) and a part ($largest) exceed a call's 64 MiB: set PART_SIZE lower" >&2
+    exit 1
+fi
 echo "$(ls "$out" | wc -l) parts in $out; carry one a call, the last with proof.sh"
