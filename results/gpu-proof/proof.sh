@@ -41,7 +41,7 @@ install_kit() {
     local nvidia
     nvidia=$(python3 -c "import nvidia; print(next(iter(nvidia.__path__)))")
     ln -sfn "$nvidia" /tmp/site/nvidia
-    LD_LIBRARY_PATH=$(ls -d "$nvidia"/*/lib | paste -sd:)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    LD_LIBRARY_PATH=$(ls -d "$nvidia"/*/lib 2>/dev/null | paste -sd: || true)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export LD_LIBRARY_PATH PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
     export PIP_FIND_LINKS=$kit PIP_NO_INDEX=1   # the default model's wheel, hash-checked by pip
 }
