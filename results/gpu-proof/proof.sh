@@ -34,7 +34,7 @@ stash() {
 install_kit() {
     local kit=/tmp/wordle-kit
     rm -rf "$kit" /tmp/site && mkdir -p "$kit"
-    cat "$KIT_STASH"/part-* | tar -x -C /tmp/wordle-kit --strip-components=1
+    cat "$KIT_STASH"/part-* | tar -x -C "$kit" --strip-components=1
     (cd "$kit" && sha256sum -c SHA256SUMS)
     xz -dc "$kit/site.tar.xz" | tar -x -C /tmp
     # libmlx.so finds CUDA's libraries beside it, in site-packages/nvidia: lend it the image's own
