@@ -4,10 +4,12 @@ A rollout's answers are written one token per model call for every sequence in t
 batch, so a decode step's time at the batch size the rollout keeps sets its answer
 tokens/s, whatever the code around it does. This times, per batch size: the model's
 own decode step (one token per row against a KV cache of `--context` tokens, mlx-lm's
-cache, greedy pick) and the same step in the sampler the rollouts use (mlx-lm's
-BatchGenerator through `llm.generation.sample`, stop checks and sampling included).
-`tokens_per_s_ceiling` is batch / decode step: a rollout with that many sequences
-running cannot go faster.
+cache, greedy pick), the same step in the sampler the rollouts use (mlx-lm's
+BatchGenerator through `llm.generation.sample`, stop checks and sampling included), and
+the step's weight products alone (every linear layer and the output layer applied to
+one token per row). `tokens_per_s_ceiling` is batch / decode step: a rollout with that
+many sequences running cannot go faster. `weights_tokens_per_s_ceiling` is what even
+free attention, norms and sampling would leave: the rest of the step is mlx's own ops.
 
     python -m rl.bench_decode --batch 1 --batch 8 --batch 16 --batch 32 --json decode.json
 """
@@ -27,6 +29,7 @@ import time
 
 import click
 import mlx.core as mx
+import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
 from llm.generation import SamplingSettings, sample
@@ -62,6 +65,32 @@ def decode_step_seconds(model, batch: int, context: int, steps: int) -> list[flo
     return times
 
 
+def weight_products(model) -> list:
+    """The linear maps one decode step applies: every nn.Linear, and the embedding read
+    as the output layer when the model ties them (SmolLM2 does)."""
+    maps = [m for _, m in model.named_modules() if isinstance(m, nn.Linear)]
+    inner = getattr(model, "model", None)
+    if not hasattr(model, "lm_head") and hasattr(inner, "embed_tokens"):
+        maps.append(inner.embed_tokens.as_linear)
+    return maps
+
+
+def weight_products_seconds(model, batch: int, steps: int) -> list[float]:
+    """Seconds per decode step spent in its weight products alone, `batch` rows of one token:
+    the floor under a decode step that no code around the model can lower."""
+    maps = weight_products(model)
+    widths = [m.weight.shape[-1] if isinstance(m, nn.Linear) else m.__self__.weight.shape[-1] for m in maps]
+    inputs = {w: mx.random.normal((batch, 1, w)) for w in set(widths)}
+    mx.eval(list(inputs.values()))
+    times = []
+    for i in range(steps + 2):
+        began = time.perf_counter()
+        mx.eval([m(inputs[w]) for m, w in zip(maps, widths)])
+        if i >= 2:
+            times.append(time.perf_counter() - began)
+    return times
+
+
 def sampler_step_seconds(model, tokenizer, batch: int, context: int, steps: int) -> float:
     """Seconds per decode step when `sample` writes `batch` answers of up to `steps` tokens
     to one prompt of `context` tokens (prefill excluded: a 1-token run is subtracted)."""
@@ -92,8 +121,11 @@ def main(model, batches, context, steps, seed, json_path) -> None:
     for batch in batches:
         step = statistics.median(decode_step_seconds(net, batch, context, steps))
         sampled = sampler_step_seconds(net, tokenizer, batch, context, steps)
+        weights = statistics.median(weight_products_seconds(net, batch, steps))
         rows.append({"batch": batch, "decode_step_ms": round(step * 1e3, 2),
-                     "sampler_step_ms": round(sampled * 1e3, 2), "tokens_per_s_ceiling": round(batch / step, 1),
+                     "sampler_step_ms": round(sampled * 1e3, 2), "weights_ms": round(weights * 1e3, 2),
+                     "tokens_per_s_ceiling": round(batch / step, 1),
+                     "weights_tokens_per_s_ceiling": round(batch / weights, 1),
                      "sampler_tokens_per_s": round(batch / sampled, 1) if sampled > 0 else None})
         click.echo(json.dumps(rows[-1]))
     if json_path:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 
 from click.testing import CliRunner
+from mlx.utils import tree_flatten
 from llm_fixtures import tiny_model_dir  # noqa: F401
 
-from rl.bench_decode import main
+from llm.loading import load_model
+from rl.bench_decode import main, weight_products
 
 
 def test_decode_ceiling_benchmark_writes_one_row_per_batch(tiny_model_dir, tmp_path):  # noqa: F811
@@ -18,5 +20,17 @@ def test_decode_ceiling_benchmark_writes_one_row_per_batch(tiny_model_dir, tmp_p
     report = json.loads(out.read_text())
     assert [row["batch"] for row in report["rows"]] == [1, 3]
     for row in report["rows"]:
-        assert row["decode_step_ms"] > 0 and "sampler_step_ms" in row
+        assert row["decode_step_ms"] > 0 and "sampler_step_ms" in row and row["weights_ms"] > 0
+        assert abs(row["weights_tokens_per_s_ceiling"] - row["batch"] / (row["weights_ms"] / 1e3)) \
+            <= 0.05 * row["weights_tokens_per_s_ceiling"]
         assert abs(row["tokens_per_s_ceiling"] - row["batch"] / (row["decode_step_ms"] / 1e3)) <= 0.05 * row["tokens_per_s_ceiling"]
+
+
+def test_weight_products_cover_every_weight_of_the_model(tiny_model_dir):  # noqa: F811
+    """The floor counts each weight matrix once, the tied output layer included."""
+    model, _ = load_model(str(tiny_model_dir), None)
+    maps = weight_products(model)
+    counted = sum((m.weight if hasattr(m, "weight") else m.__self__.weight).size for m in maps)
+    weights = tree_flatten(model.parameters())
+    norms = sum(v.size for name, v in weights if "norm" in name)
+    assert counted + norms == sum(v.size for _, v in weights)
