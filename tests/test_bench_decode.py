@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import json
-
-from click.testing import CliRunner
 from mlx.utils import tree_flatten
-from llm_fixtures import tiny_model_dir  # noqa: F401
+from llm_fixtures import run_benchmark, tiny_model_dir  # noqa: F401
 
 from llm.loading import load_model
 from rl.bench_decode import main, weight_products
 
 
 def test_decode_ceiling_benchmark_writes_one_row_per_batch(tiny_model_dir, tmp_path):  # noqa: F811
-    out = tmp_path / "decode.json"
-    result = CliRunner().invoke(main, ["--model", str(tiny_model_dir), "--batch", "1", "--batch", "3",
-                                       "--context", "8", "--steps", "4", "--json", str(out)])
-    assert result.exit_code == 0, result.output
-    report = json.loads(out.read_text())
+    report = run_benchmark(main, tiny_model_dir, ["--batch", "1", "--batch", "3", "--context", "8", "--steps", "4"],
+                           tmp_path / "decode.json")
     assert [row["batch"] for row in report["rows"]] == [1, 3]
     for row in report["rows"]:
         assert row["decode_step_ms"] > 0 and "sampler_step_ms" in row and row["weights_ms"] > 0
