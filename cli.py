@@ -10,21 +10,12 @@ from llm.blas import ensure_fast_blas
 
 ensure_fast_blas()  # before anything imports mlx: may re-exec with a real BLAS preloaded
 
-import sys  # noqa: E402
-from typing import NoReturn  # noqa: E402
-
 import click  # noqa: E402
 
-from solver.errors import UserError  # noqa: E402
+from solver.errors import UserError, fail  # noqa: E402
 
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2; 8.1 exits with the help
-
-
-def _fail(message: str) -> NoReturn:
-    one_line = " ".join(message.splitlines())  # user text quoted in a message may hold line breaks
-    click.echo(f"error: {one_line}", err=True)
-    sys.exit(2)
 
 
 class _Cli(click.Group):
@@ -37,15 +28,15 @@ class _Cli(click.Group):
         except _NO_ARGS_IS_HELP:
             raise  # no command at all: the help is the answer
         except click.UsageError as err:
-            _fail(err.format_message())
+            fail(err.format_message())
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except UserError as err:
-            _fail(str(err))
+            fail(str(err))
         except click.UsageError as err:
-            _fail(err.format_message())
+            fail(err.format_message())
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})

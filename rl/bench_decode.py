@@ -34,6 +34,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from llm.generation import SamplingSettings, sample
 from llm.loading import load_model
+from solver.errors import run_script
 from solver.fileio import atomic_write_json
 
 
@@ -134,4 +135,4 @@ def main(model, batches, context, steps, seed, json_path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

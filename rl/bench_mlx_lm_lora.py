@@ -38,7 +38,7 @@ from rl.reward import RewardScorer
 from rl.rollout import Group
 from sft.lora import AdapterSettings
 from sft.states import sample_start_states
-from solver.errors import UserError
+from solver.errors import UserError, run_script
 from solver.fileio import atomic_write_json
 from solver.setup import load_setup
 from solver.state import state_from_history
@@ -158,4 +158,4 @@ def main(side, model, adapter, group_size, steps, max_tokens, micro_batch_tokens
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -37,6 +37,7 @@ from rl.pipeline import PipelineSettings
 from rl.policy import load_policy
 from rl.reward import RewardScorer
 from sft.states import sample_start_states
+from solver.errors import run_script
 from solver.fileio import atomic_write_json
 from solver.setup import load_setup
 
@@ -97,4 +98,4 @@ def main(model, adapter, group_size, games, max_tokens, steps, batch_size, micro
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -30,6 +30,7 @@ import mlx.nn as nn
 from llm.loading import load_model
 from rl.bench_decode import cpu_name
 from sft.lora import AdapterSettings, attach_adapter
+from solver.errors import run_script
 from solver.fileio import atomic_write_json
 
 
@@ -83,4 +84,4 @@ def main(model, prompt_tokens, answers, answer_tokens, rank, steps, seed, json_p
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

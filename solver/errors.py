@@ -1,9 +1,34 @@
-"""The one exception type for mistakes a user can fix.
+"""The one exception type for mistakes a user can fix, and how a command reports one.
 
-The CLI turns a `UserError` into a single line on stderr and exit code 2; anything
-else is a bug and keeps its traceback.
+The CLI, and every benchmark run as a script, turns a `UserError` (or a bad flag) into a
+single line on stderr and exit code 2; anything else is a bug and keeps its traceback.
 """
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+import click
 
 
 class UserError(Exception):
     """Bad input from the user: a word, a file, a flag or a config value."""
+
+
+def fail(message: str) -> NoReturn:
+    """One `error:` line on stderr and exit code 2."""
+    one_line = " ".join(message.splitlines())  # user text quoted in a message may hold line breaks
+    click.echo(f"error: {one_line}", err=True)
+    sys.exit(2)
+
+
+def run_script(command: click.Command) -> None:
+    """Run a click command as a `python -m` script under the CLI's contract: a user mistake,
+    ours or a bad flag, is one `error:` line and exit code 2, not a traceback or a usage block."""
+    try:
+        command.main(standalone_mode=False)
+    except UserError as err:
+        fail(str(err))
+    except click.UsageError as err:
+        fail(err.format_message())

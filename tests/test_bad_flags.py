@@ -86,3 +86,15 @@ def test_bad_option_before_the_command_is_one_line():
 
 def test_unknown_command_is_one_line():
     assert_one_error(run("sovle"), "No such command 'sovle'")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["rl.bench_update", "--model", "/nonexistent", "--steps", "1"], "error: model folder not found: /nonexistent"),
+    (["rl.bench_decode", "--batch", "0"], "error: Invalid value for '--batch': 0 is not in the range x>=1."),
+    (["rl.bench_rl_step", "--bogus"], "error: No such option"),
+])
+def test_benchmark_scripts_refuse_bad_input_in_one_line(args, message):
+    """The benchmarks run as `python -m` scripts keep the CLI's contract: one line, exit 2."""
+    done = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=REPO)
+    assert (done.returncode, done.stdout, done.stderr.count("\n")) == (2, "", 1)
+    assert done.stderr.startswith(message), done.stderr
