@@ -66,9 +66,11 @@ def run_ours(model: str, adapter: str | None, starts, group_size: int, max_token
         prompt = prompt_tokens(policy.tokenizer, start.state)
         (completions,) = sample(policy.model, policy.tokenizer, [prompt], group_size,
                                 SamplingSettings(1.0, 1.0, max_tokens), batch_size=group_size)
+        sampled = time.perf_counter()
         rewards = scorer.score([c.text for c in completions], start.state, start.secret)
         learner.update([Group(start.state, start.secret, prompt, completions, rewards)])
-        steps.append({"seconds": time.perf_counter() - began,
+        ended = time.perf_counter()
+        steps.append({"seconds": ended - began, "sample_seconds": sampled - began, "update_seconds": ended - sampled,
                       "tokens": sum(len(c.tokens) for c in completions)})
     return {"steps": steps, "peak_memory_gb": mx.get_peak_memory() / 1e9}
 
@@ -151,6 +153,8 @@ def main(side, model, adapter, group_size, steps, max_tokens, micro_batch_tokens
     summary = {"side": side, "model": model, "adapter": adapter, "group_size": group_size, "max_tokens": max_tokens,
                "steps": len(result["steps"]), "median_step_seconds": statistics.median(s["seconds"] for s in timed),
                "median_tokens_per_step": statistics.median(s["tokens"] for s in timed),
+               **{f"median_{part}": statistics.median(s[part] for s in timed)
+                  for part in ("sample_seconds", "update_seconds") if part in timed[0]},
                "peak_memory_gb": round(result["peak_memory_gb"], 3), "per_step": result["steps"]}
     click.echo(json.dumps({k: v for k, v in summary.items() if k != "per_step"}))
     if json_path:
