@@ -66,13 +66,13 @@ def decode_step_seconds(model, batch: int, context: int, steps: int) -> list[flo
     return times
 
 
-def weight_products(model) -> list:
-    """The linear maps one decode step applies: every nn.Linear, and the embedding read
-    as the output layer when the model ties them (SmolLM2 does)."""
-    maps = [m for _, m in model.named_modules() if isinstance(m, nn.Linear)]
+def weight_products(model) -> list[tuple]:
+    """The linear maps one decode step applies, each with its weight matrix: every nn.Linear,
+    and the embedding read as the output layer when the model ties them (SmolLM2 does)."""
+    maps = [(m, m.weight) for _, m in model.named_modules() if isinstance(m, nn.Linear)]
     inner = getattr(model, "model", None)
     if not hasattr(model, "lm_head") and hasattr(inner, "embed_tokens"):
-        maps.append(inner.embed_tokens.as_linear)
+        maps.append((inner.embed_tokens.as_linear, inner.embed_tokens.weight))
     return maps
 
 
@@ -80,13 +80,12 @@ def weight_products_seconds(model, batch: int, steps: int) -> list[float]:
     """Seconds per decode step spent in its weight products alone, `batch` rows of one token:
     the floor under a decode step that no code around the model can lower."""
     maps = weight_products(model)
-    widths = [m.weight.shape[-1] if isinstance(m, nn.Linear) else m.__self__.weight.shape[-1] for m in maps]
-    inputs = {w: mx.random.normal((batch, 1, w)) for w in set(widths)}
+    inputs = {w.shape[-1]: mx.random.normal((batch, 1, w.shape[-1])) for _, w in maps}
     mx.eval(list(inputs.values()))
     times = []
     for i in range(steps + 2):
         began = time.perf_counter()
-        mx.eval([m(inputs[w]) for m, w in zip(maps, widths)])
+        mx.eval([apply(inputs[w.shape[-1]]) for apply, w in maps])
         if i >= 2:
             times.append(time.perf_counter() - began)
     return times

@@ -5,8 +5,8 @@ gradients), and forward once more with the adapter off for the KL reference, so 
 model's own forward and backward rates bound its trained (answer) tokens/s whatever the
 code around them does. This times both over one group: a prompt of `--prompt-tokens`
 (once, as the update prefills it once) and `--answers` answers of `--answer-tokens`, and
-reports the ceiling with and without the reference pass. The pipeline's RL settings are the defaults: groups of 4 answers of
-about 110 tokens to a 250-token prompt.
+reports the ceiling with and without the reference pass. The defaults are the pipeline's
+RL groups: 4 answers of about 110 tokens to a 250-token prompt.
 
     python -m rl.bench_update --json update.json
 """
@@ -37,8 +37,8 @@ from solver.fileio import atomic_write_json
 def pass_seconds(model: nn.Module, prompt: mx.array, answers: mx.array, steps: int) -> tuple[float, float]:
     """Median seconds of a group's forward pass, and of its forward and backward pass (LoRA
     gradients): the prompt once through the layers (no output layer: no token of it is
-    trained), the answers as one batch with a next-token loss. The answers here do not attend
-    to the prompt, which the update's do: less work than an update, so the ceilings are ones."""
+    trained), the answers as one batch with a next-token loss. These answers do not attend to
+    the prompt, as an update's do: less work than an update, so the rates derived are bounds."""
     def loss(net: nn.Module) -> mx.array:
         answer_loss = nn.losses.cross_entropy(net(answers)[:, :-1], answers[:, 1:]).mean()
         return answer_loss + net.model(prompt).mean()

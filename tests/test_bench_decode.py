@@ -23,8 +23,7 @@ def test_decode_ceiling_benchmark_writes_one_row_per_batch(tiny_model_dir, tmp_p
 def test_weight_products_cover_every_weight_of_the_model(tiny_model_dir):  # noqa: F811
     """The floor counts each weight matrix once, the tied output layer included."""
     model, _ = load_model(str(tiny_model_dir), None)
-    maps = weight_products(model)
-    counted = sum((m.weight if hasattr(m, "weight") else m.__self__.weight).size for m in maps)
+    counted = sum(weight.size for _, weight in weight_products(model))
     weights = tree_flatten(model.parameters())
     norms = sum(v.size for name, v in weights if "norm" in name)
     assert counted + norms == sum(v.size for _, v in weights)
