@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
+from eval.endgame import DEFAULT_POSITIONS, KIND
 from eval.splits import SPLITS
+from llm.histories import ENDGAME_CANDIDATES
 from llm.options import model_options
 from solver.errors import UserError
 from solver.options import json_option, seed_option, solver_options, word_list_options
@@ -17,7 +19,7 @@ from solver.options import json_option, seed_option, solver_options, word_list_o
 @click.option("--split", type=click.Choice(list(SPLITS)), default=None,
               help="Secrets from the held-out words (heldout), their validation third that training runs pick "
                    "checkpoints by, the rest of them (test), or the whole list "
-                   "(default: all for the solver, heldout for a model).")
+                   "(default: all for the solver, heldout for a model); train: the words training uses.")
 @click.option("--games", type=click.IntRange(1), default=None, help="Play N secrets sampled with --seed.")
 @seed_option
 @solver_options
@@ -30,21 +32,36 @@ from solver.options import json_option, seed_option, solver_options, word_list_o
 @click.option("--constrain-guess", is_flag=True,
               help="Decode the model's <guess> tag within the allowed words not yet played: measures its play "
                    "apart from its vocabulary (format-valid is then not the model's own).")
+@click.option("--endgame", is_flag=True,
+              help="The endgame benchmark instead of whole games: one answer at each of --positions positions "
+                   "with 1 to --max-candidates candidates left, from the solver's games on the --split secrets "
+                   "(or from --from-games): closing rate by candidates left, repeats, refused words again.")
+@click.option("--positions", type=click.IntRange(1, 100_000), default=DEFAULT_POSITIONS, show_default=True,
+              help="Endgame positions to answer.")
+@click.option("--max-candidates", type=click.IntRange(1, 50), default=ENDGAME_CANDIDATES, show_default=True,
+              help="Endgame positions have at most this many candidates left.")
+@click.option("--from-games", type=click.Path(dir_okay=False), default=None,
+              help="Endgame positions from a model's own eval JSON (every answer it gave at one) instead of the "
+                   "solver's games.")
 @model_options
 def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lookahead, top_k,
-                 json_path, compare, quiet, constrain_guess, model, adapter, temperature, top_p, max_tokens,
-                 batch_size) -> None:
+                 json_path, compare, quiet, constrain_guess, endgame, positions, max_candidates, from_games, model,
+                 adapter, temperature, top_p, max_tokens, batch_size) -> None:
     """Play every secret (or --games N of them) and report win rate, guesses and move quality."""
     from rich.console import Console
 
     from eval.paired import improvement_verdict, paired_rates, paired_wins
     from eval.report import compare_table, load_result, show_result
-    from eval.run import ModelSpec, run_eval
+    from eval.report import compare_endgame, show_endgame
+    from eval.run import EndgameRequest, ModelSpec, run_endgame, run_eval
     from solver.fileio import atomic_write_json
     from solver.policy import SolverSettings
 
     if compare:
         a, b = (load_result(p) for p in compare)
+        if KIND in (a.get("kind"), b.get("kind")):
+            compare_endgame(a, b, compare[0], compare[1], json_path)
+            return
         verdict = improvement_verdict(a, b)
         console = Console()
         console.print(compare_table(a, b, compare[0], compare[1]))
@@ -63,6 +80,13 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
         raise UserError("--constrain-guess applies to a model (--model PATH|default)")
     spec = ModelSpec(model, adapter, SamplingSettings(temperature, top_p, max_tokens), batch_size,
                      constrain_guess) if model else None
+    if endgame or from_games:
+        if policy != "model" or constrain_guess or games:
+            raise UserError("--endgame asks a model (--model PATH|default) for one answer per position; "
+                            "--games, --constrain-guess and --policy solver do not apply")
+        request = EndgameRequest(split or "heldout", positions, seed, max_candidates, from_games)
+        show_endgame(run_endgame(secrets, answers, allowed, request, spec, json_path, not quiet))
+        return
     result = run_eval(policy, secrets, answers, allowed, split, games, seed,
                       SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k), json_path, not quiet, spec)
     show_result(result)

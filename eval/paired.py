@@ -61,8 +61,8 @@ def sign_test_p(only_a: int, only_b: int) -> float:
 
 @dataclass(frozen=True)
 class PairedRate:
-    figure: str  # a key of RATE_FIGURES
-    games: int  # shared secrets whose answers both evals recorded
+    figure: str  # a key of RATE_FIGURES (or of the endgame benchmark's rates)
+    games: int  # shared secrets (endgame: positions) that both evals recorded
     difference: float | None  # rate of B - rate of A over those secrets; None where a side has no answers
     low: float | None  # 2.5th and 97.5th percentiles of the resampled difference
     high: float | None
@@ -76,12 +76,19 @@ def paired_rates(a: dict, b: dict, resamples: int = RESAMPLES, seed: int = 0) ->
 
     Deterministic for a seed; games without usable answer records (a JSON saved without
     per_game moves) are left out of every figure."""
-    counts_a, counts_b = _game_counts(a), _game_counts(b)
+    return paired_changes(_game_counts(a), _game_counts(b), RATE_FIGURES, resamples, seed)
+
+
+def paired_changes(counts_a: dict[str, dict[str, tuple[int, int]]], counts_b: dict[str, dict[str, tuple[int, int]]],
+                   figures: tuple[str, ...], resamples: int = RESAMPLES, seed: int = 0) -> list[PairedRate]:
+    """B - A for each figure over the units (games, or endgame positions) both sides have, keyed
+    alike, each unit's figure a (count, total): the units are drawn with replacement, both
+    rates recomputed on the draw, and the middle 95% of B - A is the interval."""
     shared = sorted(counts_a.keys() & counts_b.keys())
     if not shared:
         return []
-    # (side, game, figure, count/total)
-    table = np.array([[[counts[s][key] for key in RATE_FIGURES] for s in shared] for counts in (counts_a, counts_b)],
+    # (side, unit, figure, count/total)
+    table = np.array([[[counts[s][key] for key in figures] for s in shared] for counts in (counts_a, counts_b)],
                      dtype=np.float64)
     draws = np.random.default_rng(seed).integers(0, len(shared), size=(resamples, len(shared)))
     resampled = table[:, draws].sum(axis=2)  # (side, resample, figure, count/total)
@@ -90,7 +97,7 @@ def paired_rates(a: dict, b: dict, resamples: int = RESAMPLES, seed: int = 0) ->
         difference = full[1, :, 0] / full[1, :, 1] - full[0, :, 0] / full[0, :, 1]
         spread = resampled[1, ..., 0] / resampled[1, ..., 1] - resampled[0, ..., 0] / resampled[0, ..., 1]
     rates = []
-    for column, figure in enumerate(RATE_FIGURES):
+    for column, figure in enumerate(figures):
         finite = spread[:, column][np.isfinite(spread[:, column])]
         if not np.isfinite(difference[column]) or not finite.size:
             rates.append(PairedRate(figure, len(shared), None, None, None))

@@ -6,9 +6,10 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from eval.paired import paired_rates, paired_wins
+from eval.endgame import KIND, OUTCOMES, RATES, keyed_records, outcome_counts
+from eval.paired import paired_changes, paired_rates, paired_wins, sign_test_p
 from solver.errors import UserError
-from solver.fileio import read_json
+from solver.fileio import atomic_write_json, read_json
 
 BAR_WIDTH = 30
 HISTOGRAM_KEYS = ("1", "2", "3", "4", "5", "6", "X")
@@ -67,8 +68,11 @@ def show_result(result: dict, console: Console | None = None) -> None:
 
 
 def load_result(path: str) -> dict:
-    """An eval JSON file, checked to hold what the tables show (of the right types)."""
+    """An eval JSON file (whole games, or the endgame benchmark), checked to hold what the
+    tables show (of the right types)."""
     data = read_json(path, "eval result")
+    if data.get("kind") == KIND:
+        return _checked_endgame(path, data)
     if "histogram" not in data or "games" not in data:
         raise UserError(f"{path} is not an eval result (no games/histogram)")
     for _, key, pattern in FIGURES:
@@ -83,6 +87,16 @@ def load_result(path: str) -> dict:
     if not isinstance(games, list) or not all(isinstance(g, dict) and isinstance(g.get("secret"), str)
                                               and isinstance(g.get("won"), bool) for g in games):
         raise UserError(f"{path}: per_game must list games, each with a secret and won: true/false")
+    return data
+
+
+def _checked_endgame(path: str, data: dict) -> dict:
+    records = data.get("per_position")
+    if not isinstance(records, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("key"), str) and is_number(r.get("candidates"), integer=True)
+            and all(isinstance(r.get(name), bool) for name in OUTCOMES if name != "refused_again")
+            and isinstance(r.get("refused_again"), (bool, type(None))) for r in records):
+        raise UserError(f"{path}: per_position must list positions, each with a key, candidates and its outcomes")
     return data
 
 
@@ -115,3 +129,61 @@ def compare_table(a: dict, b: dict, name_a: str, name_b: str) -> Table:
         table.add_row(f"  {labels[rate.figure]}", "",
                       f"{100 * rate.difference:+.1f} [{100 * rate.low:+.1f}, {100 * rate.high:+.1f}]")
     return table
+
+
+ENDGAME_LABELS = {
+    "closed_rate": "closing rate (names the secret)", "repeat_rate": "repeats an earlier guess",
+    "repeat_last_rate": "repeats the last guess", "refused_again_rate": "refused word again",
+    "unplayable_rate": "unplayable", "consistent_rate": "playable and fits the clues",
+    "one_candidate_closed_rate": "1 left: closing rate", "one_candidate_repeat_rate": "1 left: repeats",
+    "one_candidate_repeat_last_rate": "1 left: repeats the last guess",
+    "one_candidate_unplayable_rate": "1 left: unplayable",
+}
+
+
+def show_endgame(result: dict, console: Console | None = None) -> None:
+    """The endgame benchmark's rates, then its closing rate by candidates left."""
+    table = Table(title=f"{result.get('policy', 'model')} endgame, {result.get('split')} "
+                        f"({result.get('source')}), sampled at {result.get('temperature')}")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_row("positions", str(result["positions"]))
+    table.add_row("with 1 candidate left", str(result["one_candidate_positions"]))
+    for rate in RATES:
+        table.add_row(ENDGAME_LABELS[rate], _fmt(result.get(rate), "{:.1%}"))
+    for n, row in result.get("by_candidates", {}).items():
+        table.add_row(f"closing rate, {n} left ({row['positions']})", _fmt(row["closing_rate"], "{:.1%}"))
+    table.add_row("seconds", _fmt(result.get("seconds"), "{:.1f}"))
+    (console or Console()).print(table)
+
+
+def compare_endgame(a: dict, b: dict, name_a: str, name_b: str, json_path: str | None = None,
+                    console: Console | None = None) -> dict:
+    """Two endgame runs paired by position: each rate's change with a 95% bootstrap interval over
+    the shared positions, and the exact sign test on the positions only one side closed."""
+    if a.get("kind") != KIND or b.get("kind") != KIND:
+        raise UserError("--compare: both files must be endgame results (eval --endgame), or neither")
+    records_a, records_b = keyed_records(a), keyed_records(b)
+    shared = sorted(records_a.keys() & records_b.keys())
+    if not shared:
+        raise UserError(f"--compare: {name_a} and {name_b} share no position (other split, seed or --positions?)")
+    counts = [{key: outcome_counts(records[key]) for key in shared} for records in (records_a, records_b)]
+    changes = paired_changes(*counts, tuple(rate[:-len("_rate")] for rate in RATES))
+    only_a = sum(records_a[k]["closed"] and not records_b[k]["closed"] for k in shared)
+    only_b = sum(records_b[k]["closed"] and not records_a[k]["closed"] for k in shared)
+    table = Table(title=f"{name_a} vs {name_b}: {len(shared)} shared endgame positions")
+    for column in ("figure", name_a, name_b, "change [95% interval]"):
+        table.add_column(column, justify="left" if column == "figure" else "right")
+    for rate, change in zip(RATES, changes):
+        shown = "-" if change.difference is None else \
+            f"{100 * change.difference:+.1f} [{100 * change.low:+.1f}, {100 * change.high:+.1f}]"
+        table.add_row(ENDGAME_LABELS[rate], _fmt(a.get(rate), "{:.1%}"), _fmt(b.get(rate), "{:.1%}"), shown)
+    p_value = sign_test_p(only_a, only_b)
+    table.add_row("closed here only (paired)", str(only_a), str(only_b), f"sign test p {p_value:.3g}")
+    (console or Console()).print(table)
+    paired = {"a": name_a, "b": name_b, "positions": len(shared), "closed_only_a": only_a, "closed_only_b": only_b,
+              "sign_test_p": p_value,
+              "changes": [{**c.to_json(), "figure": rate} for rate, c in zip(RATES, changes)]}
+    if json_path:
+        atomic_write_json(json_path, paired)
+    return paired

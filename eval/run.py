@@ -81,3 +81,47 @@ def play_and_summarise(player: Player, setup: Setup, secrets: list[str], measure
     """Summary figures plus every game, as written to eval JSON (SFT and RL reuse this)."""
     summary, records = evaluate(player, setup, secrets, measure_moves, show_progress, setup_seconds)
     return {**summary, "per_game": [r.to_json() for r in records]}
+
+
+@dataclass(frozen=True)
+class EndgameRequest:
+    """Which endgame positions a model answers: `count` from the teacher's games on the split's
+    secrets, or every such position in a model's own eval games (`from_games`)."""
+
+    split: str
+    count: int
+    seed: int
+    max_candidates: int
+    from_games: str | None = None
+
+
+def run_endgame(secret_kind: str, answers: str | None, allowed: str | None, request: EndgameRequest,
+                model: ModelSpec, json_path: str | None, show_progress: bool = True) -> dict:
+    """`eval --endgame`: the model's one answer at each position, summarised (eval/endgame.py)."""
+    from eval.endgame import KIND, answer_positions, model_positions, summarise_endgame, teacher_positions
+    from llm.loading import load_model
+    from solver.fileio import read_json
+
+    setup = load_setup(secret_kind, answers, allowed)
+    if request.from_games:
+        positions = model_positions(setup, read_json(request.from_games, "games file"), request.max_candidates)
+        source = request.from_games
+    else:
+        pool = SPLITS[request.split](setup.lists.secrets(secret_kind))
+        if not pool:
+            raise UserError(f"the {request.split} split of this list is empty; use --split all")
+        positions = teacher_positions(setup, setup.solver(), pool, request.count, request.seed, request.max_candidates)
+        source = "teacher"
+    if not positions:
+        raise UserError(f"no position with 1-{request.max_candidates} candidates left in {source}")
+    loaded, tokenizer = load_model(model.model, model.adapter)
+    started = time.perf_counter()
+    records = answer_positions(loaded, tokenizer, positions, model.sampling, request.seed, model.batch_size,
+                               show_progress)
+    result = {"kind": KIND, "policy": model.name, "secrets": secret_kind, "split": request.split,
+              "source": source, "seed": request.seed, "max_candidates": request.max_candidates,
+              **_sampling_of(model), **summarise_endgame(records),
+              "seconds": round(time.perf_counter() - started, 3), "per_position": records}
+    if json_path:
+        atomic_write_json(json_path, result)
+    return result

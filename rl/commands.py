@@ -16,7 +16,8 @@ OVERRIDES = {
     "games": "rollout.games_per_round", "max_tokens": "rollout.max_tokens", "temperature": "rollout.temperature",
     "checkpoint_every": "checkpoint_every", "lr": "grpo.learning_rate", "kl_coef": "grpo.kl_coef",
     "micro_batch_tokens": "grpo.micro_batch_tokens", "groups": "grpo.groups_per_step", "batch_size": "rollout.batch_size",
-    "eval_every": "eval_every", "eval_games": "eval_games",
+    "eval_every": "eval_every", "eval_games": "eval_games", "eval_endgame": "eval_endgame", "best_by": "best_by",
+    "start": "rollout.start", "turns": "rollout.turns",
 }
 
 
@@ -46,7 +47,15 @@ OVERRIDES = {
 @click.option("--checkpoint-every", type=int, default=None, help="Steps between checkpoints.")
 @click.option("--eval-every", type=int, default=None,
               help="Steps between held-out validation evals; the best is kept as OUT/best (0: none) [default: 10].")
-@click.option("--eval-games", type=int, default=None, help="Held-out validation games per eval [default: 32].")
+@click.option("--eval-games", type=int, default=None, help="Held-out validation games per eval (0: none) [default: 32].")
+@click.option("--eval-endgame", type=int, default=None,
+              help="Held-out validation endgame positions per eval (eval --endgame's benchmark; 0: none) [default: 0].")
+@click.option("--best-by", default=None, help="What OUT/best is chosen by: wins or endgame (the closing rate) "
+                                              "[default: wins].")
+@click.option("--start", default=None, help="Start states: any (0-4 earlier turns) or endgame (1-6 candidates "
+                                            "left) [default: any].")
+@click.option("--turns", type=int, default=None, help="Groups asked per game: 0 plays to the end, 1 is single-turn "
+                                                      "[default: 0].")
 @click.option("--seed", type=int, default=None)
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint "
                                              "(with its saved config; only --steps may change).")
@@ -111,16 +120,25 @@ def heldout_table(summary: dict):
     from eval.report import FIGURES
     from eval.validation import FIGURES as HELD_OUT_FIGURES
 
+    from eval.report import ENDGAME_LABELS
+    from rl.heldout import ENDGAME
+
     evals = [(name, summary[f"heldout_{name}"]) for name in ("start", "best", "last") if summary[f"heldout_{name}"]]
     last = summary["heldout_last"]
-    table = Table(title=f"held-out validation: {last['games']} games sampled at temperature {last['temperature']}",
+    played = [f"{last['games']} games" if "games" in last else None,
+              f"{last[ENDGAME + 'positions']} endgame positions" if ENDGAME + "positions" in last else None]
+    table = Table(title=f"held-out validation: {', '.join(filter(None, played))} sampled at temperature "
+                        f"{last.get('temperature', last.get(ENDGAME + 'temperature'))}",
                   caption=f"best kept in {summary['best_adapter']}" if summary["best_adapter"] else None)
     table.add_column("figure")
     for name, figures in evals:
         table.add_column(f"{name} (step {figures['step']})", justify="right")
-    for label, key, pattern in (*FIGURES, ("games lost to 3 unplayable answers", "lost_to_invalid", "{:d}")):
-        if key in HELD_OUT_FIGURES:
-            table.add_row(label, *("-" if f[key] is None else pattern.format(f[key]) for _, f in evals))
+    rows = [(label, key, pattern) for label, key, pattern in
+            (*FIGURES, ("games lost to 3 unplayable answers", "lost_to_invalid", "{:d}")) if key in HELD_OUT_FIGURES]
+    rows += [(f"endgame: {label}", ENDGAME + key, "{:.1%}") for key, label in ENDGAME_LABELS.items()]
+    for label, key, pattern in rows:
+        if any(key in f for _, f in evals):
+            table.add_row(label, *("-" if f.get(key) is None else pattern.format(f[key]) for _, f in evals))
     return table
 
 

@@ -18,7 +18,8 @@ from llm.generation import MAX_TEMPERATURE
 from rl.expert_iteration import POSITIONS, EISettings
 from rl.grpo import ADVANTAGE_SCALES, GrpoSettings
 from rl.reward import MAX_WEIGHT, RewardWeights
-from rl.rollout import CHOICES, RolloutSettings
+from rl.heldout import BEST_BY
+from rl.rollout import CHOICES, STARTS, RolloutSettings
 from rl.schedule import Schedule, parse_schedule
 from sft.lora import AdapterSettings
 from sft.states import MAX_DRILL_DEPTH
@@ -40,7 +41,9 @@ class RLConfig:
     keep_checkpoints: int = 2
     secrets: str = "answers"  # the list secrets come from (held-out words are always excluded)
     eval_every: int = 10  # steps between held-out validation evals (rl/heldout.py); 0: none, and no RUN/best
-    eval_games: int = 32  # validation secrets each eval plays, the same ones every time
+    eval_games: int = 32  # validation secrets each eval plays, the same ones every time (0: none)
+    eval_endgame: int = 0  # validation endgame positions each eval answers (eval/endgame.py); 0: none
+    best_by: str = "wins"  # RUN/best: the most held-out wins, or the best endgame closing rate ("endgame")
     reward: RewardWeights = field(default_factory=RewardWeights)
     rollout: RolloutSettings = field(default_factory=RolloutSettings)
     grpo: GrpoSettings = field(default_factory=GrpoSettings)
@@ -59,7 +62,8 @@ class RLConfig:
 _INF = math.inf
 RANGES: dict[str, tuple[float, float] | tuple[float, float, str]] = {
     "steps": (1, 10_000_000), "seed": (0, MAX_SEED), "checkpoint_every": (1, 10_000_000),
-    "keep_checkpoints": (1, 1000), "eval_every": (0, 10_000_000), "eval_games": (1, 100_000),
+    "keep_checkpoints": (1, 1000), "eval_every": (0, 10_000_000), "eval_games": (0, 100_000),
+    "eval_endgame": (0, 100_000), "rollout.endgame_candidates": (1, 50), "rollout.turns": (0, 6),
     **{f"reward.{f.name}": (0.0, MAX_WEIGHT) for f in dataclasses.fields(RewardWeights)},
     "rollout.group_size": (2, 256), "rollout.games_per_round": (1, 4096), "rollout.temperature": (0.0, MAX_TEMPERATURE, "("),
     "rollout.top_p": (0.0, 1.0, "("), "rollout.max_tokens": (8, 4096), "rollout.batch_size": (1, 4096),
@@ -74,7 +78,7 @@ RANGES: dict[str, tuple[float, float] | tuple[float, float, str]] = {
     "ei.drill_depth": (1, MAX_DRILL_DEPTH), "ei.drill_refused": (0.0, 1.0),
     "lora.rank": (1, 1024), "lora.scale": (0.0, 1000.0, "("), "lora.dropout": (0.0, 1.0),
 }
-CHOICE_KEYS = {"secrets": SECRET_KINDS, "rollout.choose": CHOICES, "grpo.advantage_scale": ADVANTAGE_SCALES,
+CHOICE_KEYS = {"secrets": SECRET_KINDS, "best_by": BEST_BY, "rollout.choose": CHOICES, "rollout.start": STARTS, "grpo.advantage_scale": ADVANTAGE_SCALES,
                "ei.positions": POSITIONS, "ei.expert": EXPERTS}
 
 
@@ -108,10 +112,22 @@ def build_config(data: dict, overrides: dict | None = None, where: str = "config
         node[leaf] = value
     config = _build(RLConfig, merged, "", where)
     config.reward.check(where)
+    _check_heldout(config, where)
     if config.lora.full:
         raise UserError(f"{where}: lora.full must be false: RL trains a LoRA adapter (its reference policy is "
                         "the model with the adapter switched off)")
     return config
+
+
+def _check_heldout(config: RLConfig, where: str) -> None:
+    """Held-out evals need something to play, and RUN/best a figure to be chosen by."""
+    if config.eval_every and not (config.eval_games or config.eval_endgame):
+        raise UserError(f"{where}: eval_every is {config.eval_every} but eval_games and eval_endgame are 0: "
+                        "give one of them, or eval_every 0 for no held-out evals")
+    needs = {"wins": ("eval_games", config.eval_games), "endgame": ("eval_endgame", config.eval_endgame)}
+    key, value = needs[config.best_by]
+    if config.eval_every and not value:
+        raise UserError(f"{where}: best_by {config.best_by} needs {key} > 0")
 
 
 def _deep_copy(data: dict) -> dict:

@@ -38,7 +38,8 @@ from rl.rollout import Group, Rollout, RolloutSettings, play
 from sft.cot import check_thought, expert_answer, truthful_answer
 from sft.data import Conversation
 from sft.lora import trainable_weights
-from sft.states import StartState, sample_rejections
+from llm.histories import sample_rejections
+from sft.states import StartState
 from sft.trainer import OptimizerSettings, SFTTrainer
 from solver.policy import Policy
 
@@ -71,7 +72,7 @@ class EISettings:
     drill: int = 0
     drill_depth: int = 1
     # Share of the drilled prompts, drawn anew each step, that name one or two answers refused at
-    # that turn (sft/states.py sample_rejections), as eval names them: a model drilled without
+    # that turn (llm/histories.py sample_rejections), as eval names them: a model drilled without
     # them gave a drilled answer again once it had been refused; with half of them it still
     # did at the positions not drilled (results/rl-drill/, D5).
     drill_refused: float = 0.0

@@ -3,8 +3,9 @@
 Every `eval_every` steps (and before the first and after the last) the policy plays
 the same held-out validation games (eval/validation.py) and RUN/metrics.jsonl gets one
 record with phase "heldout", its figures prefixed `heldout_`. The best of these evals
-(more wins, ties broken by consistency; the start model's eval counts) is exported as
-RUN/best, a merged adapter like RUN/adapter, described by RUN/best.json.
+(`best_by` "wins": more wins, ties broken by consistency; "endgame": the higher closing
+rate on the validation endgame positions, eval/endgame.py; the start model's eval counts)
+is exported as RUN/best, a merged adapter like RUN/adapter, described by RUN/best.json.
 
 The best so far travels in every checkpoint's `extra`, and a checkpoint is saved
 before RUN/best is replaced; so a resume knows the best the interrupted run had
@@ -22,6 +23,8 @@ from rl.policy import Policy
 from solver.errors import UserError
 from solver.fileio import atomic_write_json
 
+BEST_BY = ("wins", "endgame")
+ENDGAME = "endgame_"  # held-out endgame figures, inside a held-out record: heldout_endgame_closed_rate
 PHASE = "heldout"  # the metrics phase of held-out records; every other phase is a training step
 PREFIX = "heldout_"
 BEST_DIR = "best"
@@ -46,8 +49,8 @@ def figures_of(record: dict) -> dict:
 class BestSoFar:
     """The best held-out eval of the run ({"step": k, **figures}) and its adapter in RUN/best."""
 
-    def __init__(self, out: Path, best: dict | None = None) -> None:
-        self.out, self.best = out, best
+    def __init__(self, out: Path, best: dict | None = None, best_by: str = "wins") -> None:
+        self.out, self.best, self.best_by = out, best, best_by
 
     @property
     def adapter(self) -> Path:
@@ -55,7 +58,8 @@ class BestSoFar:
 
     def offer(self, figures: dict) -> bool:
         """Take this eval ({"step": k, **figures}) if it beats the best so far (an equal later one does not)."""
-        if self.best is not None and rank(figures) <= rank(self.best):
+        order = rank if self.best_by == "wins" else endgame_rank
+        if self.best is not None and order(figures) <= order(self.best):
             return False
         self.best = figures
         return True
@@ -79,6 +83,12 @@ class BestSoFar:
             return json.loads((self.out / BEST_FILE).read_text())["step"]
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+
+def endgame_rank(figures: dict) -> tuple[float, float]:
+    """The order by the endgame benchmark: closing rate, then closing at one candidate left."""
+    one = figures.get(ENDGAME + "one_candidate_closed_rate")
+    return figures[ENDGAME + "closed_rate"], -1.0 if one is None else one
 
 
 def heldout_summary(records: list[dict], best: BestSoFar) -> dict:

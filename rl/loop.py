@@ -31,7 +31,8 @@ from typing import Callable
 import mlx.core as mx
 import numpy as np
 
-from eval.splits import trainable
+from eval.endgame import EndgameEval
+from eval.splits import held_out_validation, trainable
 from eval.validation import HeldOutEval
 from llm import distributed
 from llm.generation import SamplingSettings
@@ -40,7 +41,7 @@ from rl.config import RLConfig, build_config, load_config_file
 from rl.expert_iteration import ExpertIteration
 from rl.grpo import GrpoLearner, collect_groups
 from rl.guidance import ExpertGuide, guidance_figures
-from rl.heldout import (BEST_DIR, BEST_FILE, BestSoFar, figures_of, heldout_record, heldout_summary,
+from rl.heldout import (BEST_DIR, BEST_FILE, ENDGAME, BestSoFar, figures_of, heldout_record, heldout_summary,
                         is_training_step)
 from rl.policy import load_policy
 from rl.reward import RewardScorer
@@ -48,7 +49,7 @@ from rl.rollout import play
 from sft.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
 from sft.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from sft.run import MetricsLog
-from sft.states import frequent_positions, sample_start_states
+from sft.states import frequent_positions, sample_endgame_states, sample_start_states
 from solver.errors import UserError
 from solver.fileio import atomic_replace_dir, atomic_write_json
 from solver.policy import expert_policy
@@ -161,10 +162,14 @@ def _run_rl(request: RunRequest) -> dict | None:
     schedule = config.phases
     metrics = MetricsLog(out / "metrics.jsonl")
     # Sampled at eval's temperature, with the answer length the rollouts allow.
-    held_out = HeldOutEval(setup, config.eval_games, config.seed,
-                           SamplingSettings(max_tokens=config.rollout.max_tokens),
-                           config.rollout.batch_size) if config.eval_every else None
-    best = BestSoFar(out)
+    heldout_sampling = SamplingSettings(max_tokens=config.rollout.max_tokens)
+    held_out = HeldOutEval(setup, config.eval_games, config.seed, heldout_sampling,
+                           config.rollout.batch_size) if config.eval_every and config.eval_games else None
+    endgame = EndgameEval(setup, solver, held_out_validation(setup.lists.secrets(config.secrets)),
+                          config.eval_endgame, config.seed, heldout_sampling, config.rollout.batch_size,
+                          config.rollout.endgame_candidates) if config.eval_every and config.eval_endgame else None
+    evaluating = held_out is not None or endgame is not None
+    best = BestSoFar(out, best_by=config.best_by)
     start = 0
     if request.resume:
         checkpoint = load_checkpoint(out, model, optimizers)
@@ -173,7 +178,7 @@ def _run_rl(request: RunRequest) -> dict | None:
             raise UserError(f"--resume: the run in {out} is at step {start} already, past --steps {config.steps}")
         _restore_rng(rng, checkpoint)
         _restore_rank_dice(checkpoint.extra.get("ranks"), rng)
-        best = BestSoFar(out, _saved_best(checkpoint))
+        best = BestSoFar(out, _saved_best(checkpoint), config.best_by)
     distributed.barrier()  # every process has read the folder before rank 0 changes it
     if main:
         if request.resume:
@@ -183,6 +188,9 @@ def _run_rl(request: RunRequest) -> dict | None:
             _start_run_folder(out, model_spec, request.adapter, config)
 
     def starts(n: int, min_history: int = 0):
+        if config.rollout.start == "endgame":
+            return sample_endgame_states(setup, solver, secrets, n, rng, config.rollout.endgame_candidates,
+                                         config.rollout.off_policy)
         return sample_start_states(setup, solver, secrets, n, rng, config.rollout.max_history,
                                    config.rollout.off_policy, min_history)
 
@@ -197,14 +205,23 @@ def _run_rl(request: RunRequest) -> dict | None:
         return whole_step({**figures, "secrets": sorted({s.secret for s in chosen})}, figures["positions"])
 
     def evaluate(step: int, view: LiveView) -> bool:
-        """Play the held-out games with the policy as it is; True when they beat the best so far."""
-        view.status(f"held-out eval, {len(held_out.secrets)} games")
-        record = heldout_record(step, held_out(model, tokenizer))
+        """Play the held-out games and endgame positions with the policy as it is; True when
+        they beat the best so far."""
+        figures: dict = {"seconds": 0.0}
+        if held_out is not None:
+            view.status(f"held-out eval, {len(held_out.secrets)} games")
+            figures = held_out(model, tokenizer)
+        if endgame is not None:
+            view.status(f"held-out endgame eval, {len(endgame.positions)} positions")
+            answered = endgame(model, tokenizer)
+            figures = {**figures, **{ENDGAME + k: v for k, v in answered.items() if k != "seconds"},
+                       "seconds": figures["seconds"] + answered["seconds"]}
+        record = heldout_record(step, figures)
         metrics.append(record)
         return best.offer(figures_of(record))
 
     with LiveView(config.steps, start, request.show_progress and main) as view:
-        if held_out is not None and not request.resume and main and evaluate(0, view):
+        if evaluating and not request.resume and main and evaluate(0, view):
             best.export(policy)
         for step in range(start, config.steps):
             phase = schedule.phase(step)
@@ -219,7 +236,7 @@ def _run_rl(request: RunRequest) -> dict | None:
             if main:
                 metrics.append(record)
             last = step + 1 == config.steps
-            improved = (held_out is not None and ((step + 1) % config.eval_every == 0 or last)
+            improved = (evaluating and ((step + 1) % config.eval_every == 0 or last)
                         and distributed.main_decides(main and evaluate(step + 1, view)))
             # A new best is checkpointed before RUN/best is replaced: see rl/heldout.py.
             if improved or (step + 1) % config.checkpoint_every == 0 or last:

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from eval.report import is_number
 from eval.validation import FIGURES as HELD_OUT_FIGURES
-from rl.heldout import PREFIX, is_training_step
+from rl.heldout import ENDGAME, PREFIX, is_training_step
 from sft.run import MetricsLog
 from solver.errors import UserError
 from solver.progress import progress_bar
@@ -30,6 +30,9 @@ SPARK_WIDTH = 60
 # figure added there is drawn here too.
 HELD_OUT_CURVES = tuple(name for name in HELD_OUT_FIGURES
                         if name not in ("games", "mean_regret_bits", "lost_to_invalid"))
+# The endgame benchmark's rates an RL run logs (rl/heldout.py), drawn when its evals ran.
+ENDGAME_CURVES = tuple(ENDGAME + name for name in ("closed_rate", "one_candidate_closed_rate", "repeat_rate",
+                                                   "unplayable_rate", "consistent_rate"))
 SFT_PREFIX = "eval_"  # sft/run.py's held-out figures
 # (label, key, format) of the figures the live view shows for the latest step.
 LIVE_FIGURES = (
@@ -145,16 +148,20 @@ def number(record: dict, key: str) -> float:
 
 
 def heldout_curves(records: list[dict], prefix: str) -> dict[str, dict[str, list]]:
-    if not any(prefix + "games" in r for r in records):
-        return {}
-    return {prefix + name: series(records, prefix + name) for name in HELD_OUT_CURVES}
+    names = (HELD_OUT_CURVES if any(prefix + "games" in r for r in records) else ()) + \
+        (ENDGAME_CURVES if any(prefix + ENDGAME + "positions" in r for r in records) else ())
+    return {prefix + name: series(records, prefix + name) for name in names}
 
 
 def heldout_note(records: list[dict]) -> str:
     """How the held-out evals played ("32 held-out games at temperature 0.7"), or "" without any."""
     prefix = PREFIX if is_rl(records) else SFT_PREFIX
     played = {(r[prefix + "games"], str(r.get(prefix + "temperature", "?"))) for r in records if prefix + "games" in r}
-    return "; ".join(f"{games} held-out games at temperature {temperature}" for games, temperature in sorted(played))
+    answered = {(r[prefix + ENDGAME + "positions"], str(r.get(prefix + ENDGAME + "temperature", "?")))
+                for r in records if prefix + ENDGAME + "positions" in r}
+    return "; ".join([f"{games} held-out games at temperature {temperature}" for games, temperature in sorted(played)]
+                     + [f"{count} held-out endgame positions at temperature {temperature}"
+                        for count, temperature in sorted(answered)])
 
 
 def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:

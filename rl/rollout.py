@@ -17,11 +17,13 @@ import numpy as np
 from eval.harness import GameRecord
 from llm.format import Rejection, prompt_tokens
 from llm.generation import Completion, GroupStream, SamplingSettings, shared_prefix_length
+from llm.histories import ENDGAME_CANDIDATES
 from rl.reward import COMPONENTS, GroupRewards, RewardScorer
 from sft.states import StartState
 from solver.state import GameState
 
 CHOICES = ("best", "sampled")
+STARTS = ("any", "endgame")  # start states: 0..max_history earlier turns, or an endgame position
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,9 @@ class RolloutSettings:
     batch_size: int = 32  # sequences generated at once, across games and group members
     max_history: int = 4  # start states carry 0..max_history earlier turns (sft/states.py)
     off_policy: float = 0.5  # share of those turns played by a weaker stand-in, not the solver
+    start: str = "any"  # "endgame": start where 1..endgame_candidates candidates are left (llm/histories.py)
+    endgame_candidates: int = ENDGAME_CANDIDATES
+    turns: int = 0  # groups asked per game before it stops: 0 plays to the end, 1 is single-turn
 
     @property
     def sampling(self) -> SamplingSettings:
@@ -108,9 +113,11 @@ def play(model, tokenizer, scorer: RewardScorer, starts: list[StartState],
     stream = GroupStream(model, tokenizer, settings.sampling, settings.batch_size, prefix, join_size=settings.batch_size)
     asked: dict[int, tuple[int, list[int]]] = {}  # group id -> (game, prompt)
     played: list[tuple[int, int, Group]] = []  # (game, group id, group)
+    groups_of = [0] * len(games)
 
     def ask(index: int, prompt: list[int]) -> None:
         asked[stream.submit(prompt, settings.group_size)] = (index, prompt)
+        groups_of[index] += 1
 
     for index, (game, prompt) in enumerate(zip(games, first)):
         if not game.over:
@@ -123,7 +130,7 @@ def play(model, tokenizer, scorer: RewardScorer, starts: list[StartState],
             played.append((index, group_id, Group(game.state, game.secret, prompt, completions, rewards,
                                                      game.rejected)))
             _advance(game, rewards, choose_member(rewards, settings.choose, rng), scorer, column_of[game.secret])
-            if not game.over:
+            if not game.over and (settings.turns == 0 or groups_of[index] < settings.turns):
                 ask(index, prompt_tokens(tokenizer, game.state, game.rejected))
     stream.close()
     return Rollout(groups=[group for _, _, group in sorted(played, key=lambda p: p[:2])], games=games)

@@ -11,7 +11,7 @@ import click
 from rich.table import Table
 
 from sft.gen_data import MAX_GAMES
-from sft.states import DEFAULT_REJECTED
+from llm.histories import DEFAULT_REJECTED
 from solver.errors import UserError
 from solver.fileio import atomic_replace_dir, atomic_write_json
 from solver.options import FiniteFloat, json_option, replaced_folder, seed_option, solver_options, word_list_options

@@ -22,7 +22,8 @@ import numpy as np
 from eval.splits import trainable
 from llm.format import Rejection, messages
 from sft.cot import expert_move
-from sft.states import SOLVER, sample_rejections, sample_start_state, secret_columns
+from llm.histories import SOLVER, sample_rejections
+from sft.states import sample_start_state, secret_columns
 from solver.errors import UserError
 from solver.policy import Policy
 from solver.setup import Setup
@@ -99,7 +100,7 @@ def play_examples(setup: Setup, solver: Policy, dealt: list[tuple[str, str]], rn
     (if its prompt shows at most `max_history` turns), except the moves of a history that
     is all solver so far: those positions are the solver's own path, which the games
     starting there cover already. A `rejected` share of the prompts also name one or two
-    answers refused at that turn (`sft.states.sample_rejections`); the target stays the
+    answers refused at that turn (`llm.histories.sample_rejections`); the target stays the
     solver's move."""
     columns = secret_columns(setup)
     examples = []

@@ -23,7 +23,8 @@ from llm.format import (REJECTION_REASONS, SYSTEM_PROMPT, TILE_WORDS, Rejection,
                         render_state)
 from sft.cot import expert_answer
 from sft.gen_data import SPLITS, secrets_by_split, split_of
-from sft.states import SOLVER, sample_start_states
+from llm.histories import SOLVER
+from sft.states import sample_start_states
 from solver.feedback import digits_to_pattern, feedback
 from solver.matrix import build_pattern_matrix
 from solver.policy import CandidatePolicy, SolverSettings

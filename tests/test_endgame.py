@@ -1,0 +1,170 @@
+"""The endgame benchmark (eval --endgame), its paired comparison, and endgame RL start states."""
+
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cli import cli
+from eval.endgame import EndgamePosition, model_positions, position_record, summarise_endgame, teacher_positions
+from eval.splits import held_out_test, trainable
+from llm.format import ALREADY_GUESSED, NOT_ALLOWED, Rejection, format_answer
+from llm.histories import RANDOM, history_guess
+from llm.loading import load_model
+from llm_fixtures import tiny_model_dir  # noqa: F401
+from rl.config import build_config
+from rl.reward import RewardScorer
+from rl.rollout import RolloutSettings, play
+from sft.states import sample_endgame_states
+from solver.errors import UserError
+from solver.feedback import feedback
+from solver.setup import load_setup
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return load_setup("answers")
+
+
+def run_cli(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def position_at(setup, secret: str, guesses: list[str], rejected=()) -> EndgamePosition:
+    state = setup.start
+    for guess in guesses:
+        state = state.play(guess, feedback(guess, secret))
+    return EndgamePosition(secret, state, tuple(rejected))
+
+
+def test_teacher_positions_have_few_candidates_and_repeat_for_a_seed(setup):
+    secrets = held_out_test(setup.lists.answers)
+    positions = teacher_positions(setup, setup.solver(), secrets, 60, seed=3)
+    assert len(positions) == 60
+    for p in positions:
+        assert 1 <= len(p.state.candidates) <= 6 and not p.state.over and p.state.turns
+        assert p.secret in secrets and p.secret in p.state.candidate_words()
+    assert {p.secret for p in positions} > set()  # secrets cycle: many distinct ones
+    assert len({p.secret for p in positions}) >= 40
+    again = teacher_positions(setup, setup.solver(), secrets, 60, seed=3)
+    assert [p.key for p in again] == [p.key for p in positions]
+    assert [p.key for p in teacher_positions(setup, setup.solver(), secrets, 60, seed=4)] != [p.key for p in positions]
+    # Some prompts name refused answers, as eval's do after an unplayable answer.
+    assert 0 < sum(bool(p.rejected) for p in positions) < 30
+
+
+def test_each_answer_is_classified_at_its_position(setup):
+    # After these guesses only "bunny" fits.
+    position = position_at(setup, "bunny", ["salet", "crony", "fudge"])
+    assert position.state.candidate_words() == ["bunny"]
+    closed = position_record(position, format_answer("Only bunny remains.", "bunny"))
+    assert closed["closed"] and closed["consistent"] and not closed["unplayable"] and closed["candidates"] == 1
+    last = position_record(position, format_answer("Only fudge remains.", "fudge"))
+    assert last["repeat"] and last["repeat_last"] and last["unplayable"] and not last["closed"]
+    earlier = position_record(position, format_answer("x", "crony"))
+    assert earlier["repeat"] and not earlier["repeat_last"]
+    other = position_record(position, format_answer("x", "crane"))
+    assert not other["unplayable"] and not other["consistent"] and not other["closed"]
+    assert other["refused_again"] is None  # no refusal named: the rate does not count this position
+    refused = position_at(setup, "bunny", ["salet", "crony", "fudge"], [Rejection("bunnu", NOT_ALLOWED)])
+    again = position_record(refused, format_answer("x", "bunnu"))
+    assert again["refused_again"] is True and again["failure"] == NOT_ALLOWED
+
+    summary = summarise_endgame([closed, last, earlier, other, again])
+    assert summary["positions"] == 5 and summary["one_candidate_positions"] == 5
+    assert summary["closed_rate"] == 0.2 and summary["repeat_rate"] == 0.4 and summary["repeat_last_rate"] == 0.2
+    assert summary["refused_again_rate"] == 1.0 and summary["unplayable_rate"] == 0.6
+    assert summary["one_candidate_closed_rate"] == 0.2 and summary["by_candidates"] == {
+        "1": {"positions": 5, "closing_rate": 0.2}}
+
+
+def test_positions_from_a_models_own_games_carry_the_refusals_it_saw(setup):
+    secret = "bunny"
+    turns = ["salet", "crony", "fudge"]
+    moves = [{"guess": g, "failure": None} for g in turns]
+    moves += [{"guess": "fudge", "failure": ALREADY_GUESSED}, {"guess": "bunny", "failure": None}]
+    result = {"per_game": [{"secret": secret, "won": True, "moves": moves}]}
+    positions = model_positions(setup, result)
+    one_left = [p for p in positions if len(p.state.candidates) == 1]
+    assert [p.rejected for p in one_left] == [(), (Rejection("fudge", ALREADY_GUESSED),)]
+    assert all(p.state.guesses == turns for p in one_left)
+    with pytest.raises(UserError):
+        model_positions(setup, {"per_game": [{"secret": "zzzzz", "moves": []}]})
+
+
+def test_endgame_cli_writes_positions_pairs_them_and_refuses_misuse(tiny_model_dir, tmp_path):  # noqa: F811
+    args = ["eval", "--model", tiny_model_dir, "--endgame", "--split", "validation", "--positions", 12,
+            "--max-tokens", 8, "--quiet", "--seed", 1]
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    for path in (first, second):
+        result = run_cli(*args, "--json", path)
+        assert result.exit_code == 0, result.output
+    a, b = json.loads(first.read_text()), json.loads(second.read_text())
+    assert a["kind"] == "endgame" and a["positions"] == 12 and len(a["per_position"]) == 12
+    assert a["temperature"] == 0.7 and a["split"] == "validation"
+    assert [r["text"] for r in a["per_position"]] == [r["text"] for r in b["per_position"]]  # same seed, same answers
+    paired = tmp_path / "paired.json"
+    shown = run_cli("eval", "--compare", first, second, "--json", paired)
+    assert shown.exit_code == 0, shown.output
+    figures = json.loads(paired.read_text())
+    assert figures["positions"] == 12 and figures["sign_test_p"] == 1.0
+    assert {c["figure"] for c in figures["changes"]} >= {"closed_rate", "one_candidate_closed_rate", "repeat_rate"}
+    # An endgame file against a whole-game one, the solver, and --games are refused in one line.
+    games = tmp_path / "games.json"
+    assert run_cli("eval", "--model", tiny_model_dir, "--games", 2, "--max-tokens", 8, "--quiet", "--json",
+                   games).exit_code == 0
+    for bad in (["eval", "--compare", first, games], ["eval", "--endgame", "--policy", "solver"],
+                [*args, "--games", 3], ["eval", "--model", tiny_model_dir, "--from-games", first]):
+        refused = run_cli(*bad)
+        assert refused.exit_code == 2 and refused.output.count("error:") == 1, refused.output
+
+
+def test_endgame_start_states_and_single_turn_rollouts(tiny_model_dir, setup):  # noqa: F811
+    rng = np.random.default_rng(0)
+    secrets = trainable(setup.lists.answers)
+    starts = sample_endgame_states(setup, setup.solver(), secrets, 5, rng, max_candidates=3)
+    assert all(1 <= len(s.state.candidates) <= 3 and s.secret in secrets for s in starts)
+    assert all(len(s.players) == len(s.state.turns) for s in starts)
+    model, tokenizer = load_model(str(tiny_model_dir))
+    mx.random.seed(0)
+    rollout = play(model, tokenizer, RewardScorer(setup), starts, RolloutSettings(group_size=2, max_tokens=8, turns=1),
+                   rng)
+    assert len(rollout.groups) == 5 and [g.state for g in rollout.groups] == [s.state for s in starts]
+
+
+def test_endgame_config_keys_are_checked_before_work():
+    config = build_config({"rollout": {"start": "endgame", "turns": 1}, "eval_endgame": 64, "best_by": "endgame"})
+    assert config.rollout.start == "endgame" and config.rollout.turns == 1 and config.eval_endgame == 64
+    for bad, named in (({"rollout": {"start": "middle"}}, "rollout.start"), ({"rollout": {"turns": 7}}, "rollout.turns"),
+                       ({"eval_games": 0}, "eval_games"), ({"best_by": "endgame"}, "eval_endgame"),
+                       ({"best_by": "luck"}, "best_by")):
+        with pytest.raises(UserError, match=named):
+            build_config(bad)
+
+
+def test_endgame_rl_run_logs_the_held_out_closing_rate_and_keeps_the_best(tiny_model_dir, tmp_path):  # noqa: F811
+    out = tmp_path / "rl"
+    result = run_cli("rl", "--model", tiny_model_dir, "--out", out, "--steps", 2, "--schedule", "grpo:1",
+                     "--start", "endgame", "--turns", 1, "--group-size", 2, "--games", 2, "--groups", 1,
+                     "--max-tokens", 8, "--eval-every", 1, "--eval-games", 0, "--eval-endgame", 6,
+                     "--best-by", "endgame", "--quiet")
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    heldout = [r for r in records if r["phase"] == "heldout"]
+    assert [r["step"] for r in heldout] == [0, 1, 2]
+    assert all(r["heldout_endgame_positions"] == 6 and "heldout_endgame_closed_rate" in r for r in heldout)
+    assert all(r["games"] == r["groups"] for r in records if r["phase"] == "grpo")  # single-turn: a group a game
+    assert json.loads((out / "best.json").read_text())["step"] == 0  # nothing beat the start: it stays best
+    curves = run_cli("report", out)
+    assert curves.exit_code == 0 and "endgame" in curves.output
+
+
+def test_a_careless_stand_in_stops_when_no_word_is_left(tmp_path):
+    """On a two-word list the random stand-in has nothing to play after one turn: it stops (it looped forever)."""
+    words = tmp_path / "two.txt"
+    words.write_text("crane\nslate\n")
+    small = load_setup("answers", str(words), str(words))
+    state = small.start.play("slate", feedback("slate", "crane"))
+    assert history_guess(RANDOM, state, small.solver(), "crane", 0, np.random.default_rng(0)) is None
