@@ -51,6 +51,7 @@ from mlx_lm.tuner.lora import LoRAEmbedding, LoRALinear, LoRASwitchLinear
 
 from llm import distributed
 from llm.generation import STOP_TEXT, Completion
+from llm.tolerance import logit_tolerance, weight_dtype
 from rl.optimizer import rl_optimizer
 from rl.rollout import Group, Rollout
 from solver.errors import UserError
@@ -243,8 +244,21 @@ def check_shared_prompt(model: nn.Module) -> None:
     except (TypeError, ValueError, AttributeError) as err:
         raise UserError(f"rl supports attention models whose layers take a key/value cache: {err}") from err
     whole = model(mx.concatenate([mx.broadcast_to(prompt[None], (2, 4)), answers[:, :-1]], axis=1))[:, 3:]
-    if not mx.allclose(shared, -nn.losses.cross_entropy(whole.astype(mx.float32), answers), atol=1e-4).item():
-        raise UserError("rl does not support this model: a shared prompt cache changes its outputs")
+    plain = -nn.losses.cross_entropy(whole.astype(mx.float32), answers)
+    dtype, device = weight_dtype(model), mx.default_device()
+    if not shared_prompt_matches(shared, plain, dtype, device):
+        rtol, atol = logit_tolerance(dtype, device)
+        weights = f"{str(dtype).removeprefix('mlx.core.')} weights on the {device.type.name}"
+        raise UserError(f"rl does not support this model: a shared prompt cache changes its outputs (log-probs "
+                        f"differ by up to {mx.abs(shared - plain).max().item():.3g}; {weights} allow "
+                        f"rtol {rtol:g}, atol {atol:g})")
+
+
+def shared_prompt_matches(shared: mx.array, plain: mx.array, dtype: mx.Dtype, device: mx.Device) -> bool:
+    """Whether log-probs through a shared prompt cache equal the plain pass's, to the precision
+    that `dtype` weights keep on `device` (the two paths run different kernels: llm/tolerance.py)."""
+    rtol, atol = logit_tolerance(dtype, device)
+    return mx.allclose(shared, plain, rtol=rtol, atol=atol).item()
 
 
 @contextlib.contextmanager
