@@ -46,7 +46,7 @@ from solver.options import json_option, seed_option, solver_options, word_list_o
 @model_options
 def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lookahead, top_k,
                  json_path, compare, quiet, constrain_guess, endgame, positions, max_candidates, from_games, model,
-                 adapter, temperature, top_p, max_tokens, batch_size) -> None:
+                 adapter, temperature, top_p, max_tokens, batch_size, dtype) -> None:
     """Play every secret (or --games N of them) and report win rate, guesses and move quality."""
     from rich.console import Console
 
@@ -79,7 +79,7 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
     if constrain_guess and policy != "model":
         raise UserError("--constrain-guess applies to a model (--model PATH|default)")
     spec = ModelSpec(model, adapter, SamplingSettings(temperature, top_p, max_tokens), batch_size,
-                     constrain_guess) if model else None
+                     constrain_guess, dtype) if model else None
     if endgame or from_games:
         if policy != "model" or constrain_guess or games:
             raise UserError("--endgame asks a model (--model PATH|default) for one answer per position; "

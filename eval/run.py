@@ -23,6 +23,7 @@ class ModelSpec:
     sampling: "SamplingSettings"
     batch_size: int = 32
     constrain_guess: bool = False  # decode the guess tag within the allowed words (not the model's own rate)
+    dtype: str = "auto"  # the weights' dtype (llm/loading.py resolve_dtype)
 
     @property
     def name(self) -> str:
@@ -33,7 +34,7 @@ class ModelSpec:
         from llm.loading import load_model
         from llm.player import ModelPlayer
 
-        model, tokenizer = load_model(self.model, self.adapter)
+        model, tokenizer = load_model(self.model, self.adapter, self.dtype)
         return ModelPlayer(model, tokenizer, self.name, self.sampling, seed, self.batch_size,
                            allowed if self.constrain_guess else None)
 
@@ -73,7 +74,7 @@ def run_eval(policy: str, secret_kind: str, answers: str | None, allowed: str | 
 def _sampling_of(model: ModelSpec) -> dict:
     """How the model's answers were sampled: every model figure depends on it."""
     return {"temperature": model.sampling.temperature, "top_p": model.sampling.top_p,
-            "max_tokens": model.sampling.max_tokens}
+            "max_tokens": model.sampling.max_tokens, "dtype": model.dtype}
 
 
 def play_and_summarise(player: Player, setup: Setup, secrets: list[str], measure_moves: bool = True,
@@ -114,7 +115,7 @@ def run_endgame(secret_kind: str, answers: str | None, allowed: str | None, requ
         source = "teacher"
     if not positions:
         raise UserError(f"no position with 1-{request.max_candidates} candidates left in {source}")
-    loaded, tokenizer = load_model(model.model, model.adapter)
+    loaded, tokenizer = load_model(model.model, model.adapter, model.dtype)
     started = time.perf_counter()
     records = answer_positions(loaded, tokenizer, positions, model.sampling, request.seed, model.batch_size,
                                show_progress)

@@ -7,9 +7,14 @@ from typing import Callable
 import click
 
 from llm.generation import MAX_TEMPERATURE, SamplingSettings
+from llm.loading import DTYPE_CHOICES
 from solver.options import FiniteFloat
 
 DEFAULTS = SamplingSettings()
+
+dtype_option = click.option(
+    "--dtype", type=click.Choice(DTYPE_CHOICES), default="auto", show_default=True,
+    help="Weights' dtype: auto is float32 on a CPU and bfloat16 on a GPU (adapters, loss and log-probs stay float32).")
 
 
 def model_options(f: Callable) -> Callable:
@@ -26,6 +31,7 @@ def model_options(f: Callable) -> Callable:
                      help="Longest answer generated per guess."),
         click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True,
                      help="Games generated for at once."),
+        dtype_option,
     )):
         f = decorator(f)
     return f

@@ -17,7 +17,7 @@ OVERRIDES = {
     "checkpoint_every": "checkpoint_every", "lr": "grpo.learning_rate", "kl_coef": "grpo.kl_coef",
     "micro_batch_tokens": "grpo.micro_batch_tokens", "groups": "grpo.groups_per_step", "batch_size": "rollout.batch_size",
     "eval_every": "eval_every", "eval_games": "eval_games", "eval_endgame": "eval_endgame", "best_by": "best_by",
-    "start": "rollout.start", "turns": "rollout.turns",
+    "start": "rollout.start", "turns": "rollout.turns", "dtype": "dtype",
 }
 
 
@@ -57,6 +57,8 @@ OVERRIDES = {
 @click.option("--turns", type=int, default=None, help="Groups asked per game: 0 plays to the end, 1 is single-turn "
                                                       "[default: 0].")
 @click.option("--seed", type=int, default=None)
+@click.option("--dtype", default=None, help="Weights' dtype: auto (float32 on a CPU, bfloat16 on a GPU), float32, "
+                                            "bfloat16 or float16; the adapter stays float32 [default: auto].")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint "
                                              "(with its saved config; only --steps may change).")
 @click.option("--quiet", is_flag=True, help="No live view.")

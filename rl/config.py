@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llm.generation import MAX_TEMPERATURE
+from llm.loading import DTYPE_CHOICES
 from rl.expert_iteration import POSITIONS, EISettings
 from rl.grpo import ADVANTAGE_SCALES, GrpoSettings
 from rl.reward import MAX_WEIGHT, RewardWeights
@@ -40,6 +41,7 @@ class RLConfig:
     checkpoint_every: int = 10
     keep_checkpoints: int = 2
     secrets: str = "answers"  # the list secrets come from (held-out words are always excluded)
+    dtype: str = "auto"  # the weights' dtype: float32 on a CPU, bfloat16 on a GPU (llm/loading.py)
     eval_every: int = 10  # steps between held-out validation evals (rl/heldout.py); 0: none, and no RUN/best
     eval_games: int = 32  # validation secrets each eval plays, the same ones every time (0: none)
     eval_endgame: int = 0  # validation endgame positions each eval answers (eval/endgame.py); 0: none
@@ -78,7 +80,7 @@ RANGES: dict[str, tuple[float, float] | tuple[float, float, str]] = {
     "ei.drill_depth": (1, MAX_DRILL_DEPTH), "ei.drill_refused": (0.0, 1.0),
     "lora.rank": (1, 1024), "lora.scale": (0.0, 1000.0, "("), "lora.dropout": (0.0, 1.0),
 }
-CHOICE_KEYS = {"secrets": SECRET_KINDS, "best_by": BEST_BY, "rollout.choose": CHOICES, "rollout.start": STARTS, "grpo.advantage_scale": ADVANTAGE_SCALES,
+CHOICE_KEYS = {"secrets": SECRET_KINDS, "dtype": DTYPE_CHOICES, "best_by": BEST_BY, "rollout.choose": CHOICES, "rollout.start": STARTS, "grpo.advantage_scale": ADVANTAGE_SCALES,
                "ei.positions": POSITIONS, "ei.expert": EXPERTS}
 
 

@@ -144,7 +144,7 @@ def _run_rl(request: RunRequest) -> dict | None:
     secrets = trainable(setup.lists.secrets(config.secrets))  # eval's held-out secrets never train
     mx.random.seed(config.seed)
     model_spec = portable_spec(request.model)  # run.json's: a resume may start in another working directory
-    policy = load_policy(model_spec, request.adapter, config.lora)
+    policy = load_policy(model_spec, request.adapter, config.lora, config.dtype)
     model, tokenizer = policy.model, policy.tokenizer
     if not main:  # the same adapter initialisation everywhere, then each rank's own dice
         mx.random.seed(distributed.rank_seed(config.seed))

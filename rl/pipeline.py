@@ -58,6 +58,8 @@ class PipelineSettings:
     rl_games: int = 2
     rl_eval_games: int = 16  # validation games RL plays to choose its best policy
     rl_eval_every: int = 0  # 0: no validation evals, RL's last policy is compared
+    rl_start: str = "any"  # RL start states: "endgame" starts where 1-6 candidates are left (rollout.start)
+    rl_turns: int = 0  # groups per RL game: 0 to the end, 1 single-turn (rollout.turns)
     ei_lr: float = 3e-4
     ei_sft_steps: int = 8  # with the replayed demonstrations, about every target once (results/rl-replay/)
     ei_games: int = 4  # games the model plays per expert-iteration step; every position they reach is taught
@@ -73,6 +75,7 @@ class PipelineSettings:
     grpo_groups: int = 4  # informative groups per GRPO step, from one round of games
     eval_games: int = 32  # test games per model in the comparison
     max_tokens: int = 160  # the longest solver answer is ~130 tokens
+    dtype: str = "auto"  # the weights' dtype in every stage (llm/loading.py)
 
     def check(self) -> None:
         if self.sft_games > MAX_GAMES:
@@ -146,7 +149,7 @@ def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) ->
     data, sft_dir, rl_dir = out / "data", out / "sft", out / "rl"
     sft_config = SFTConfig(model=settings.model, data=str(data), out=str(sft_dir), iters=settings.sft_iters,
                            learning_rate=settings.sft_lr, eval_every=settings.sft_iters, eval_games=0,
-                           save_every=max(1, settings.sft_iters // 4), seed=settings.seed)
+                           save_every=max(1, settings.sft_iters // 4), seed=settings.seed, dtype=settings.dtype)
     sft_config.check()
     rl_config = build_config({}, {"steps": settings.rl_steps, "schedule": settings.rl_schedule,
                                   "seed": settings.seed, "rollout.group_size": settings.group_size,
@@ -158,7 +161,8 @@ def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) ->
                                   "ei.replay": settings.ei_replay, "ei.drill": settings.ei_drill,
                                   "ei.drill_depth": settings.ei_drill_depth,
                                   "grpo.learning_rate": settings.grpo_lr, "grpo.groups_per_step": settings.grpo_groups,
-                                  "grpo.max_rollouts": 1},
+                                  "grpo.max_rollouts": 1, "rollout.start": settings.rl_start,
+                                  "rollout.turns": settings.rl_turns, "dtype": settings.dtype},
                              "pipeline")
     stages = Stages(out, settings)  # reads an earlier run's record, if any: other settings are refused here
     resolve_model(settings.model)
@@ -186,7 +190,7 @@ def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) ->
     sampling = SamplingSettings(max_tokens=settings.max_tokens)
     results = {}
     for name in MODELS:
-        spec = ModelSpec(settings.model, adapters[name], sampling)
+        spec = ModelSpec(settings.model, adapters[name], sampling, dtype=settings.dtype)
         results[name] = stages.run(f"eval-{name}", lambda spec=spec, name=name: _without_games(run_eval(
             "model", "answers", None, None, "test", settings.eval_games, settings.seed, SolverSettings(),
             str(out / f"eval-{name}.json"), show_progress, spec)))

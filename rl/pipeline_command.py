@@ -6,7 +6,9 @@ from pathlib import Path
 
 import click
 
+from llm.options import dtype_option
 from rl.pipeline import PipelineSettings
+from rl.rollout import STARTS
 from solver.options import json_option, seed_option, writable_folder
 from solver.policy import EXPERTS
 
@@ -31,10 +33,15 @@ DEFAULT = PipelineSettings()
 @click.option("--ei-drill-depth", type=int, default=DEFAULT.ei_drill_depth, show_default=True,
               help="Drill that many positions after each of the expert's first N moves, not just its opener.")
 @click.option("--group-size", type=int, default=DEFAULT.group_size, show_default=True, help="GRPO group size G.")
+@click.option("--rl-start", type=click.Choice(STARTS), default=DEFAULT.rl_start, show_default=True,
+              help="RL start states: any (0-3 earlier turns) or endgame (1-6 candidates left).")
+@click.option("--rl-turns", type=int, default=DEFAULT.rl_turns, show_default=True,
+              help="Groups asked per RL game: 0 plays to the end, 1 is single-turn.")
 @click.option("--eval-games", type=int, default=DEFAULT.eval_games, show_default=True, help="Held-out games per model.")
+@dtype_option
 @json_option
 def pipeline_command(out, model, seed, sft_games, expert, sft_iters, rl_steps, rl_schedule, ei_replay, ei_drill,
-                     ei_drill_depth, group_size, eval_games, json_path) -> None:
+                     ei_drill_depth, group_size, rl_start, rl_turns, eval_games, dtype, json_path) -> None:
     """Teach the model Wordle end to end and compare base, SFT and RL on held-out secrets."""
     from rich.console import Console
 
@@ -43,7 +50,8 @@ def pipeline_command(out, model, seed, sft_games, expert, sft_iters, rl_steps, r
 
     settings = PipelineSettings(model=model, seed=seed, sft_games=sft_games, expert=expert, sft_iters=sft_iters,
                                 rl_steps=rl_steps, rl_schedule=rl_schedule, ei_replay=ei_replay, ei_drill=ei_drill,
-                                ei_drill_depth=ei_drill_depth, group_size=group_size, eval_games=eval_games)
+                                ei_drill_depth=ei_drill_depth, group_size=group_size, rl_start=rl_start,
+                                rl_turns=rl_turns, eval_games=eval_games, dtype=dtype)
     summary = run_pipeline(Path(out), settings)
     console = Console()
     console.print(comparison_table(summary))

@@ -49,11 +49,13 @@ class Policy:
         return Path(folder)
 
 
-def load_policy(model_spec: str, start_adapter: str | Path | None, lora: AdapterSettings) -> Policy:
-    """The model with `start_adapter` fused in and a fresh RL LoRA adapter (seed mx.random first)."""
+def load_policy(model_spec: str, start_adapter: str | Path | None, lora: AdapterSettings,
+                dtype: str = "auto") -> Policy:
+    """The model with `start_adapter` fused in and a fresh float32 RL LoRA adapter on weights of
+    `dtype` (llm/loading.py; seed mx.random first)."""
     from llm.loading import load_model
 
-    model, tokenizer = load_model(model_spec, start_adapter)
+    model, tokenizer = load_model(model_spec, start_adapter, dtype)
     start: dict[str, LoraPair] = {}
     if start_adapter is not None:
         kind = read_adapter_config(start_adapter).get("fine_tune_type", "lora")

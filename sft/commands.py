@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from llm.options import dtype_option
 from solver.options import json_option, seed_option, writable_folder
 
 
@@ -34,9 +35,10 @@ from solver.options import json_option, seed_option, writable_folder
 @click.option("--save-every", type=int, default=100, show_default=True, help="Checkpoint every K steps.")
 @seed_option
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@dtype_option
 @json_option
 def sft(model, data, out, adapter, iters, rank, learning_rate, warmup, batch_size, max_seq_len, full, resume, fuse,
-        eval_every, eval_games, save_every, seed, quiet, json_path) -> None:
+        eval_every, eval_games, save_every, seed, quiet, dtype, json_path) -> None:
     """Fine-tune a model on chat examples; write OUT/adapter (mlx-lm format) and metrics."""
     from rich.console import Console
 
@@ -46,7 +48,7 @@ def sft(model, data, out, adapter, iters, rank, learning_rate, warmup, batch_siz
     config = SFTConfig(model=model, data=data, out=out, adapter=adapter, iters=iters, rank=rank,
                        learning_rate=learning_rate, batch_size=batch_size, max_seq_len=max_seq_len, full=full,
                        warmup=warmup, eval_every=eval_every, eval_games=eval_games, save_every=save_every,
-                       seed=seed)
+                       seed=seed, dtype=dtype)
     summary = run_sft(config, resume=resume, fuse=fuse, show_progress=not quiet)
     if summary is None:  # a process other than rank 0 under mlx.launch: rank 0 reports
         return

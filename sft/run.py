@@ -56,6 +56,7 @@ class SFTConfig:
     eval_games: int = 8
     save_every: int = 100
     seed: int = 0
+    dtype: str = "auto"  # the base weights' dtype (llm/loading.py); the adapter trains in float32
 
     @property
     def warmup_steps(self) -> int:
@@ -139,7 +140,9 @@ def _run_sft(config: SFTConfig, resume: bool, fuse: bool, show_progress: bool, s
     _check_run_folder(out, resume)
     digest = hashlib.sha256((Path(config.data) / "train.jsonl").read_bytes()).hexdigest()
 
-    model, tokenizer = load_model(config.model, config.adapter)
+    # Full fine-tuning updates the base weights themselves: they train in float32 unless asked otherwise.
+    model, tokenizer = load_model(config.model, config.adapter,
+                                  "float32" if config.full and config.dtype == "auto" else config.dtype)
     mx.random.seed(config.seed)
     adapter_config = (continue_adapter(model, config.adapter) if config.adapter
                       else attach_adapter(model, AdapterSettings(full=config.full, rank=config.rank)))

@@ -152,7 +152,9 @@ def answer_loss_for(model: nn.Module) -> Callable[[nn.Module, mx.array, mx.array
             hidden = body(inputs[:, :-1])
             logits = head(hidden.reshape(-1, hidden.shape[-1])[answer_at])
         count = weights.sum()
-        loss = (nn.losses.cross_entropy(logits, targets) * weights).astype(mx.float32).sum() / count
+        # In float32 whatever the weights' dtype: a bf16 log-softmax over 49k logits loses the
+        # small differences the loss is made of.
+        loss = (nn.losses.cross_entropy(logits.astype(mx.float32), targets) * weights).sum() / count
         return loss, count
 
     return answer_loss
