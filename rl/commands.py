@@ -59,41 +59,100 @@ OVERRIDES = {
 @click.option("--seed", type=int, default=None)
 @click.option("--dtype", default=None, help="Weights' dtype: auto (float32 on a CPU, bfloat16 on a GPU), float32, "
                                             "bfloat16 or float16; the adapter stays float32 [default: auto].")
-@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint "
-                                             "(with its saved config; only --steps may change).")
+@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint (running the same "
+                                             "command again does too; only --steps may change).")
 @click.option("--quiet", is_flag=True, help="No live view.")
 @json_option
 def rl_command(model, adapter, out, config_path, resume, quiet, json_path, **flags) -> None:
     """Train a LoRA adapter with GRPO on whole games, alternating with filtered expert iteration."""
     from rich.console import Console
 
-    from rl.config import build_config, load_config_file
-    from rl.loop import RunRequest, resume_request, run_rl
+    from rl.loop import run_rl
     from solver.fileio import atomic_write_json
 
     given = {name: value for name, value in flags.items() if value is not None}
     overrides = {OVERRIDES[name]: value for name, value in given.items()}
-    out = Path(out)
-    if resume:
-        changed = sorted(f"--{name.replace('_', '-')}" for name in given if name != "steps")
-        changed += [flag for flag, value in (("--config", config_path), ("--model", model), ("--adapter", adapter))
-                    if value is not None]
-        if changed:
-            raise UserError(f"--resume continues the run as it started; only --steps may change "
-                            f"(got {', '.join(changed)})")
-        request = resume_request(out, overrides.get("steps"), not quiet)
-        if not request.resume:
-            click.echo(f"note: {out} has no checkpoint yet; its run starts again from step 0", err=True)
-    else:
-        data = load_config_file(config_path) if config_path else {}
-        request = RunRequest(model or "default", adapter, out, build_config(data, overrides, config_path or "options"),
-                             show_progress=not quiet)
+    request = run_request(Path(out), model, adapter, config_path, overrides, resume, not quiet)
     summary = run_rl(request)
     if summary is None:  # a process other than rank 0 under mlx.launch: rank 0 reports
         return
     Console().print(summary_table(summary), *([heldout_table(summary)] if summary["heldout_last"] else []))
     if json_path:
         atomic_write_json(json_path, summary)
+
+
+def run_request(out: Path, model: str | None, adapter: str | None, config_path: str | None, overrides: dict,
+                resume: bool, show_progress: bool):
+    """The run to do: a new one, or the run in `out` continued.
+
+    One rule: the same command again continues a run from its last checkpoint (`--resume`
+    says so explicitly, and may be given without the other flags); a folder whose run never
+    reached a checkpoint starts again. What cannot change mid-run is compared with the run's
+    own record: identical values are fine, a different one is an error naming its flag.
+    Only --steps may change, to run longer.
+    """
+    from rl.config import build_config, load_config_file
+    from rl.loop import RunRequest, resume_request
+    from sft.checkpoint import latest_checkpoint
+
+    if not resume and latest_checkpoint(out) is None:
+        data = load_config_file(config_path) if config_path else {}
+        return RunRequest(model or "default", adapter, out, build_config(data, overrides, config_path or "options"),
+                          show_progress=show_progress)
+    request = resume_request(out, overrides.get("steps"), show_progress)
+    changed = changed_settings(request, model, adapter, config_path, overrides)
+    if changed:
+        raise UserError(f"{out} holds an RL run that continues as it started: only --steps may change "
+                        f"(got {', '.join(changed)}); choose another --out for a new run")
+    if not request.resume:
+        click.echo(f"note: {out} has no checkpoint yet; its run starts again from step 0", err=True)
+    return request
+
+
+def changed_settings(request, model: str | None, adapter: str | None, config_path: str | None,
+                     overrides: dict) -> list[str]:
+    """The flags whose values differ from the saved run's (--steps may differ)."""
+    import dataclasses
+
+    from llm.loading import portable_spec
+    from rl.config import build_config, load_config_file
+    from sft.lora import ADAPTER_WEIGHTS
+
+    changed = []
+    if model is not None and portable_spec(model) != request.model:
+        changed.append("--model")
+    if adapter is not None and (request.adapter is None or not _same_file(Path(adapter) / ADAPTER_WEIGHTS,
+                                                                          Path(request.adapter) / ADAPTER_WEIGHTS)):
+        changed.append("--adapter")
+    saved = _flat(dataclasses.replace(request.config, steps=0).to_json())
+    flags = {key: name for name, key in OVERRIDES.items()}
+    if config_path is not None:
+        given = build_config(load_config_file(config_path), {**overrides, "steps": 0}, config_path)
+        changed += sorted({f"--{flags[key].replace('_', '-')}" if key in overrides else f"--config ({key})"
+                           for key, value in _flat(given.to_json()).items() if saved[key] != value})
+    else:
+        checked = build_config({}, {**overrides, "steps": 1}, "options")  # the flags' own checks first
+        given = _flat(checked.to_json())
+        changed += sorted(f"--{flags[key].replace('_', '-')}" for key in overrides
+                          if key != "steps" and given[key] != saved[key])
+    return changed
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
 
 
 def summary_table(summary: dict):

@@ -705,10 +705,16 @@ def test_a_run_logs_every_step_and_never_plays_held_out_secrets(reference_run, t
     model, _ = load_model(str(tiny_model_dir), out / "adapter")
     assert any(float(mx.abs(v).max()) > 0 for k, v in tree_flatten(model.parameters()) if "lora_b" in k)
     assert latest_checkpoint(out).name == "step-0000003"
-    # An existing run is not overwritten; --resume may only change --steps.
-    assert "already holds an RL run" in run_cli("rl", "--model", tiny_model_dir, "--out", out).output
-    result = run_cli("rl", "--model", tiny_model_dir, "--out", out, "--resume", "--group-size", "4")
-    assert result.exit_code == 2 and "only --steps may change (got --group-size, --model)" in result.output
+    # The same command again continues the run (here: it is done); a changed setting is refused, by its flag.
+    before = (out / "metrics.jsonl").read_text()
+    again = run_cli("rl", "--model", tiny_model_dir, "--out", out, "--group-size", "2", "--quiet")
+    assert again.exit_code == 0, again.output
+    assert (out / "metrics.jsonl").read_text() == before
+    for flags in (["--resume", "--group-size", "4"], ["--group-size", "4"]):
+        result = run_cli("rl", "--model", tiny_model_dir, "--out", out, *flags)
+        assert result.exit_code == 2 and "only --steps may change (got --group-size)" in result.output, result.output
+    result = run_cli("rl", "--model", f"{tiny_model_dir}-other", "--out", out, "--resume")
+    assert result.exit_code == 2 and "(got --model)" in result.output
 
 
 LAUNCHER = """

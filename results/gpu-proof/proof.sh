@@ -1,9 +1,11 @@
 #!/bin/bash
-# Issue 13's GPU proof, sized for a lent GPU machine without network and 15 minutes of device time
-# (README.md here says how it is run). In the repo root on that machine:
+# The GPU proof (issues 35 and 38), sized for a lent GPU machine without network and 15 minutes of
+# device time (README.md here says how it is run). In the repo root on that machine:
 #   bash results/gpu-proof/proof.sh stash   # keep the kit part this call carried (.devkit/part-NN)
 #   bash results/gpu-proof/proof.sh run     # the last part, then: install, SFT (or a carried
-#                                           # adapter), eval, RL, eval, everything into $OUT
+#                                           # adapter), endgame benchmark and games of the start,
+#                                           # endgame RL (or its carried run, resumed), the same
+#                                           # benchmark and games of RUN/best, the compares
 # Every stage writes its files to $OUT as soon as it ends, so a run cut short still brings back
 # what it finished. The knobs below default to the GPU proof; tests run it on a CPU, tiny.
 set -euo pipefail
@@ -20,9 +22,13 @@ SFT_RANK=${SFT_RANK:-16}
 SFT_LR=${SFT_LR:-5e-4}
 EVAL_GAMES=${EVAL_GAMES:-128}
 EVAL_BATCH=${EVAL_BATCH:-128}
-RL_CONFIG=${RL_CONFIG:-results/gpu-proof/rl-config.json}
+RL_CONFIG=${RL_CONFIG:-results/gpu-proof/endgame-config.json}
+ENDGAME_POSITIONS=${ENDGAME_POSITIONS:-600}
 RL_STEPS=${RL_STEPS:-200}                  # an upper bound: the budget stops the run first
 START_ADAPTER=${START_ADAPTER:-.devkit/sft-adapter}   # carried from an earlier session: no SFT
+RL_CARRIED=${RL_CARRIED:-.devkit/rl-run}              # an earlier session's RL run folder: resumed
+PTX_CARRIED=${PTX_CARRIED:-.devkit/ptx-cache}         # mlx's compiled CUDA kernels from an earlier run
+PART=${PART:-15M}                                     # returned files stay under a returned file's 16 MiB
 SEED=${SEED:-0}
 
 stash() {
@@ -56,6 +62,24 @@ play_test_games() {  # ADAPTER JSON: the same held-out test secrets for every mo
     cp "$2" "$OUT/"
 }
 
+answer_endgame() {  # ADAPTER JSON: the same held-out test endgame positions for every model
+    python3 cli.py eval --model "$MODEL" --adapter "$1" --endgame --split test --positions "$ENDGAME_POSITIONS" \
+        --seed 0 --max-tokens 160 --batch-size "$EVAL_BATCH" --quiet --json "$2"
+    cp "$2" "$OUT/"
+}
+
+send_back() {  # NAME PATH...: a tar of PATHs in $OUT, in parts a returned file can hold
+    local name=$1; shift
+    rm -f "$OUT/$name".tar.*
+    tar -cf - "$@" | split -b "$PART" -d - "$OUT/$name.tar."
+}
+
+keep_kernels() {  # mlx's compiled kernels go back, for the next run to skip compiling them
+    if [ -d "$MLX_PTX_CACHE_DIR" ] && [ -n "$(ls -A "$MLX_PTX_CACHE_DIR")" ]; then
+        send_back ptx-cache -C "$(dirname "$MLX_PTX_CACHE_DIR")" "$(basename "$MLX_PTX_CACHE_DIR")"
+    fi
+}
+
 last_checkpoint() { ls -d "$RUN"/rl/checkpoints/step-* 2>/dev/null | tail -1; }
 
 run() {
@@ -65,6 +89,15 @@ run() {
     export PYTHONUNBUFFERED=1 WORDLE_RL_PROGRESS_EVERY=${WORDLE_RL_PROGRESS_EVERY:-15}
     if [ "$KIT" = 1 ]; then stash; stage "install the kit"; install_kit; fi
     export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+    # One kernel cache per GPU architecture: a carried one is used where it was made for this card.
+    local arch
+    arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .' || true)
+    export MLX_PTX_CACHE_DIR=${MLX_PTX_CACHE_DIR:-$HOME/mlx-ptx-sm${arch:-cpu}}
+    mkdir -p "$MLX_PTX_CACHE_DIR"
+    if [ -d "$PTX_CARRIED/$(basename "$MLX_PTX_CACHE_DIR")" ]; then
+        cp -r "$PTX_CARRIED/$(basename "$MLX_PTX_CACHE_DIR")"/. "$MLX_PTX_CACHE_DIR"/
+        stage "carried kernel cache: $(ls "$MLX_PTX_CACHE_DIR" | wc -l) files"
+    fi
     nvidia-smi -L 2>/dev/null || true
     python3 -c "import mlx.core as mx, mlx_lm; print('mlx', mx.__version__, mx.default_device(), 'mlx-lm', mlx_lm.__version__)"
     if [ "$KIT" = 1 ] && ! python3 -c "import mlx.core as mx; assert mx.default_device() == mx.gpu"; then
@@ -86,21 +119,28 @@ run() {
         cp "$RUN/sft/metrics.jsonl" "$OUT/sft-metrics.jsonl"
         adapter=$RUN/sft/adapter
         # the adapter comes back for a later session's RL, in parts under the 16 MB a file may have
-        tar -cf - "$adapter" "$RUN/sft-summary.json" | split -b 15M -d - "$OUT/sft-adapter.tar."
+        send_back sft-adapter "$adapter" "$RUN/sft-summary.json"
     fi
 
-    stage "eval the SFT adapter on $EVAL_GAMES test games"
+    stage "the start on $ENDGAME_POSITIONS test endgame positions and $EVAL_GAMES test games"
     local started=$(date +%s)
+    answer_endgame "$adapter" "$RUN/endgame-sft.json"
     play_test_games "$adapter" "$RUN/eval-sft.json"
     local eval_s=$(since "$started")
+    keep_kernels
 
     local rl_s=$(( $(left) - eval_s - eval_s / 4 - 15 ))
     if [ "$rl_s" -lt 60 ]; then stage "no time left for RL (${rl_s}s)"; return 0; fi
-    stage "rl for at most ${rl_s}s"
-    timeout "$rl_s" python3 cli.py rl --model "$MODEL" --adapter "$adapter" --out "$RUN/rl" \
-        --config "$RL_CONFIG" --steps "$RL_STEPS" --seed "$SEED" --quiet --json "$RUN/rl-summary.json" \
+    if [ -f "$RL_CARRIED/config.json" ] && [ ! -d "$RUN/rl" ]; then cp -r "$RL_CARRIED" "$RUN/rl"; fi
+    local fresh=(--adapter "$adapter" --config "$RL_CONFIG" --seed "$SEED")
+    if [ -d "$RUN/rl/checkpoints" ]; then fresh=(--resume); fi   # a carried run continues where it stopped
+    stage "rl for at most ${rl_s}s (${fresh[0]})"
+    timeout "$rl_s" python3 cli.py rl --model "$MODEL" --out "$RUN/rl" "${fresh[@]}" --steps "$RL_STEPS" \
+        --quiet --json "$RUN/rl-summary.json" \
         || echo "rl stopped by the time budget (exit $?): its last checkpoint and RUN/best stand"
     cp "$RUN/rl/metrics.jsonl" "$OUT/rl-metrics.jsonl" 2>/dev/null || true
+    # the run folder comes back (checkpoint, RUN/best, its start adapter) so that a later session resumes it
+    if [ -d "$RUN/rl/checkpoints" ]; then send_back rl-run --exclude=rl/adapter -C "$RUN" rl; fi
 
     local policy
     if [ -f "$RUN/rl/best/adapters.safetensors" ]; then policy=$RUN/rl/best
@@ -109,9 +149,12 @@ run() {
     for f in "$RUN"/rl/best.json "$RUN"/rl/config.json "$RUN"/rl-summary.json; do
         if [ -f "$f" ]; then echo "-- $f"; cat "$f"; fi
     done
-    stage "eval the RL policy ($policy) on the same $EVAL_GAMES test games"
+    stage "the RL policy ($policy) on the same endgame positions and test games"
+    answer_endgame "$policy" "$RUN/endgame-rl.json"
+    python3 cli.py eval --compare "$RUN/endgame-sft.json" "$RUN/endgame-rl.json" --json "$OUT/endgame-paired.json"
     play_test_games "$policy" "$RUN/eval-rl.json"
     python3 cli.py eval --compare "$RUN/eval-sft.json" "$RUN/eval-rl.json" --json "$OUT/paired.json"
+    keep_kernels
     stage "done"
 }
 
