@@ -21,11 +21,13 @@ def solve(word, history, secrets, answers, allowed, hard, lookahead, top_k, json
     from solver.setup import load_setup
     from solver.solve_views import advise, assist_interactively, play_secret
 
-    if word and history:
+    if word is not None and history is not None:
         raise UserError("use either --word (the solver plays) or --history (advice), not both")
+    if word is not None and not word.strip():
+        raise UserError("--word is empty: give the secret for the solver to play, e.g. --word crane")
     setup = load_setup(secrets, answers, allowed)
     settings = SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k)
-    if word:
+    if word is not None:
         play_secret(setup, settings, word.strip().lower(), json_path)
     elif history is not None:
         advise(setup, settings, history, json_path)

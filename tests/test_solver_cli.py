@@ -44,6 +44,8 @@ def test_interactive_assistant_reads_feedback():
 
 @pytest.mark.parametrize("args, message", [
     (["solve", "--word", "cran"], "has 4 letters"),
+    (["solve", "--word", ""], "--word is empty"),  # not the interactive assistant
+    (["solve", "--word", " ", "--history", "salet:20100"], "not both"),
     (["solve", "--word", "cr4ne"], "must be 5 letters a-z"),
     (["solve", "--word", "zzzzz"], "not in the allowed word list"),
     (["solve", "--word", "aahed"], "not in the answers list"),
