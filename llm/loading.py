@@ -22,6 +22,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from solver.errors import UserError
+from solver.fileio import read_json
 
 # What loading a folder or an adapter raises for broken files (bad JSON, truncated
 # safetensors, unknown model_type, shape mismatches, missing config keys).
@@ -49,6 +50,7 @@ def load_model(
     from mlx_lm.utils import dequantize_model, load
 
     path = resolve_model(spec)
+    read_json(path / "config.json", "model config")  # mlx-lm's own errors are Python's words
     try:
         model, tokenizer = load(str(path))
     except _LOAD_ERRORS as err:
@@ -121,11 +123,22 @@ def apply_adapter(model: nn.Module, adapter: Path) -> None:
     for name in ("adapter_config.json", "adapters.safetensors"):
         if not (adapter / name).is_file():
             raise UserError(f"{adapter} is not an adapter folder: it has no {name}")
+    read_json(adapter / "adapter_config.json", "adapter config")  # mlx-lm's own errors are Python's words
     try:
+        refuse_nonfinite(mx.load(str(adapter / "adapters.safetensors")), adapter / "adapters.safetensors")
         load_adapters(model, str(adapter))
     except _LOAD_ERRORS as err:
         raise UserError(f"cannot apply the adapter in {adapter}: {_one_line(err)}") from err
     model.eval()
+
+
+def refuse_nonfinite(arrays: dict[str, mx.array], path: Path) -> None:
+    """A one-line error naming `path` when any of its float arrays holds NaN or inf: weights or
+    optimizer state from a damaged file or a diverged run would train or play on as NaN silently."""
+    for value in arrays.values():
+        if mx.issubdtype(value.dtype, mx.floating) and not mx.all(mx.isfinite(value)).item():
+            raise UserError(f"{path} holds NaN or infinite values: the file is damaged or its run diverged "
+                            "before it was saved")
 
 
 def cast_floats(model: nn.Module, dtype: mx.Dtype) -> None:

@@ -93,7 +93,10 @@ def load_config_file(path: str | Path) -> dict:
     if path.suffix.lower() == ".json":
         return parse_json(text, f"config {path}")
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_unique_key_loader())
+    except _DuplicateYamlKey as err:
+        key, line = err.args
+        raise UserError(f"config {path}: the key {key} is given twice (line {line}); keep one") from None
     except yaml.YAMLError as err:
         raise UserError(f"config {path} is not valid YAML: {' '.join(str(err).split())[:200]}") from err
     if data is None:
@@ -101,6 +104,29 @@ def load_config_file(path: str | Path) -> dict:
     if not isinstance(data, dict):
         raise UserError(f"config {path} must hold a mapping of settings, got {type(data).__name__}")
     return data
+
+
+class _DuplicateYamlKey(Exception):
+    pass
+
+
+def _unique_key_loader() -> type:
+    """yaml's safe loader, except that a key given twice in one mapping is an error (yaml keeps the last)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, typing.Hashable):
+                    continue  # the safe loader refuses it itself
+                if key in seen:
+                    raise _DuplicateYamlKey(key, key_node.start_mark.line + 1)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeyLoader
 
 
 def build_config(data: dict, overrides: dict | None = None, where: str = "config") -> RLConfig:

@@ -23,8 +23,8 @@ counters and metrics.
 
 `load_checkpoint` needs the model already shaped like the saved one (the same LoRA
 layers attached) and restores, in place, its trainable weights, the optimizer state
-and mlx's random key; anything missing, unreadable or of the wrong shape is a
-one-line `UserError`.
+and mlx's random key; anything missing, unreadable, of the wrong shape or not finite
+(NaN or inf) is a one-line `UserError`.
 """
 
 from __future__ import annotations
@@ -39,9 +39,10 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 from mlx.utils import tree_flatten
 
+from llm.loading import refuse_nonfinite
 from sft.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, trainable_weights, write_adapter
 from solver.errors import UserError
-from solver.fileio import atomic_replace_dir, atomic_write_text, read_text
+from solver.fileio import atomic_replace_dir, atomic_write_text, parse_json, read_text
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
@@ -96,8 +97,8 @@ def load_checkpoint(run_dir: str | Path, model: nn.Module, optimizer: optim.Opti
     missing = [f for f in FILES if not (path / f).is_file()]
     if missing:
         raise UserError(f"checkpoint {path} is incomplete or missing: no {missing[0]}")
+    state = parse_json(read_text(path / STATE_FILE, "checkpoint state"), f"checkpoint {path / STATE_FILE}", None)
     try:
-        state = json.loads((path / STATE_FILE).read_text())
         weights = mx.load(str(path / ADAPTER_WEIGHTS))
         optimizer_state = mx.load(str(path / OPTIMIZER_FILE))
         key = mx.load(str(path / RNG_FILE))["key"]
@@ -110,6 +111,8 @@ def load_checkpoint(run_dir: str | Path, model: nn.Module, optimizer: optim.Opti
                         f"{tuple(key.shape)}, expected {str(expected_key.dtype).split('.')[-1]} "
                         f"{tuple(expected_key.shape)}")
 
+    refuse_nonfinite(weights, path / ADAPTER_WEIGHTS)
+    refuse_nonfinite(optimizer_state, path / OPTIMIZER_FILE)
     _check_same_shapes(weights, trainable_weights(model), f"checkpoint {path} does not fit the model")
     model.load_weights(list(weights.items()), strict=False)
     _restore_optimizer(optimizer, model, optimizer_state, path)

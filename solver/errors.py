@@ -2,6 +2,7 @@
 
 The CLI, and every benchmark run as a script, turns a `UserError` (or a bad flag) into a
 single line on stderr and exit code 2; anything else is a bug and keeps its traceback.
+What does not stop a command is a single `note:` line on stderr.
 """
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ def fail(message: str) -> NoReturn:
     one_line = " ".join(message.splitlines())  # user text quoted in a message may hold line breaks
     click.echo(f"error: {one_line}", err=True)
     sys.exit(2)
+
+
+def note(message: str) -> None:
+    """One `note:` line on stderr for what the user should know but need not fix: a flag that
+    has no effect, a count that was capped, a cache that is rebuilt."""
+    click.echo(f"note: {' '.join(message.splitlines())}", err=True)
 
 
 def run_script(command: click.Command) -> None:

@@ -56,9 +56,10 @@ def os_reason(err: OSError) -> str:
 # -- reading -------------------------------------------------------------------------
 
 def read_text(path: str | os.PathLike, what: str) -> str:
-    """The UTF-8 text of `path`; a one-line UserError naming `what` it is when it cannot be read."""
+    """The UTF-8 text of `path` without a leading byte-order mark (Windows editors write one);
+    a one-line UserError naming `what` it is when it cannot be read."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise UserError(f"{what} {path} is not UTF-8 text (a binary file?)") from None
     except OSError as err:
@@ -69,12 +70,28 @@ _JSON_NAMES = {dict: "an object", list: "a list", str: "a string", int: "a numbe
                bool: "true/false", type(None): "null"}
 
 
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """An object's pairs as a dict; a key given twice is a mistake (json would keep the last silently)."""
+    data = {}
+    for key, value in pairs:
+        if key in data:
+            raise _DuplicateKey(key)
+        data[key] = value
+    return data
+
+
 def parse_json(text: str, where: str, kind: type | None = dict) -> Any:
     """`text` as JSON of type `kind` (None: any); a one-line UserError saying where it went wrong."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as err:
         raise UserError(f"{where}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    except _DuplicateKey as err:
+        raise UserError(f'{where}: the key "{err}" is given twice; keep one') from None
     except RecursionError:
         raise UserError(f"{where}: nested too deeply to be ours") from None
     if kind is not None and not isinstance(data, kind):
@@ -143,6 +160,10 @@ def _full_disk(folder: Path) -> bool:
 
 def _write_error(path: str | os.PathLike, err: BaseException) -> UserError | None:
     """The one-line error for a write to `path` that failed with `err` (None: a bug, keep its traceback)."""
+    if isinstance(err, OSError) and err.filename and LEFTOVER.match(Path(err.filename).name):
+        # our temp file beside `path` (atomic_write): its name means nothing to the user
+        return UserError(f"cannot write {path}: no file can be made in {Path(err.filename).parent} "
+                         f"({err.strerror or err})")
     if isinstance(err, OSError):
         return UserError(f"cannot write {path}: {os_reason(err)}")
     if isinstance(err, Exception) and _full_disk(Path(path).parent):

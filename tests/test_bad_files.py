@@ -156,12 +156,35 @@ def test_bad_word_list_is_one_line(tmp_path, content):
     assert_one_error(run("solve", "--word", "crane", "--answers", answers), str(answers))
 
 
-def test_binary_adapter_config_is_one_line(tmp_path, tiny_model_dir):  # noqa: F811
+def test_byte_order_marks_are_stripped(tmp_path):
+    """Windows editors start a UTF-8 file with one; it is not part of the first word or key."""
+    answers = write(tmp_path / "answers.txt", "\ufeffcrane\nslate\n".encode("utf-8"))
+    result = run("solve", "--word", "crane", "--answers", answers, "--allowed", answers)
+    assert result.exit_code == 0, result.output
+    config = write(tmp_path / "config.json", "\ufeff{\"steps\": 0}".encode())
+    assert_one_error(run("rl", "--config", config, "--out", tmp_path / "rl"), "steps must be")
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("config.json", '{"steps": 1, "grpo": {"kl_coef": 0.1, "kl_coef": 0.2}}', 'the key "kl_coef" is given twice'),
+    ("config.yaml", "steps: 1\nsteps: 2\n", "the key steps is given twice (line 2)"),
+])
+def test_duplicate_config_keys_are_one_line(tmp_path, name, content, message):
+    """yaml and json would keep the last value silently."""
+    config = write(tmp_path / name, content)
+    assert_one_error(run("rl", "--config", config, "--out", tmp_path / "rl"), str(config), message)
+
+
+@pytest.mark.parametrize("content, message", [
+    (BINARY, "adapter_config.json is not UTF-8 text"),
+    ("[1]", "adapter_config.json: expected an object, got a list"),  # not SimpleNamespace's complaint
+])
+def test_bad_adapter_config_is_one_line(tmp_path, tiny_model_dir, content, message):  # noqa: F811
     adapter = tmp_path / "adapter"
-    write(adapter / "adapter_config.json", BINARY)
+    write(adapter / "adapter_config.json", content)
     write(adapter / "adapters.safetensors", b"")
     data = tmp_path / "data"
     write(data / "train.jsonl", '{"messages": [{"role": "user", "content": "q"}, '
                                 '{"role": "assistant", "content": "a"}]}\n')
     assert_one_error(run("sft", "--model", tiny_model_dir, "--data", data, "--adapter", adapter,
-                         "--out", tmp_path / "run", "--iters", 1), "cannot apply the adapter")
+                         "--out", tmp_path / "run", "--iters", 1), message)

@@ -120,6 +120,15 @@ def test_json_onto_a_full_disk_is_one_line():
     assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
 
 
+@pytest.mark.skipif(not os.path.isfile("/proc/version"), reason="needs Linux's /proc")
+def test_a_write_error_names_the_users_file_not_our_temp_file():
+    """/proc/version passes the early check (a file in a folder root may write to) but no file can
+    be made beside it: the error shows the user's path, not `.version.<random>.tmp`."""
+    line = assert_one_error(run("solve", "--word", "crane", "--json", "/proc/version"),
+                            "cannot write /proc/version: no file can be made in /proc")
+    assert ".tmp" not in line
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/null"), reason="needs /dev/null")
 def test_json_onto_dev_null_writes_through_it():
     result = run("solve", "--word", "crane", "--json", "/dev/null")

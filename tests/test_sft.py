@@ -420,6 +420,27 @@ def test_corrupt_checkpoint_on_resume(tmp_path, finished_run, tiny_model_dir, da
     assert "is corrupt" in result.stderr and result.stderr.count("\n") == 1
 
 
+def test_non_finite_weights_or_optimizer_state_are_refused(tmp_path, finished_run, tiny_model_dir,
+                                                            data_dir) -> None:  # noqa: F811
+    """A NaN in a checkpoint would resume to loss NaN and an all-NaN adapter with exit 0."""
+    for name in ("adapters.safetensors", "optimizer.safetensors"):
+        run = tmp_path / name
+        shutil.copytree(finished_run, run)
+        path = latest_checkpoint(run) / name
+        arrays = dict(mx.load(str(path)))
+        first = next(k for k, v in arrays.items() if mx.issubdtype(v.dtype, mx.floating) and v.size > 1)
+        arrays[first] = mx.where(mx.arange(arrays[first].size).reshape(arrays[first].shape) == 1, mx.nan,
+                                 arrays[first])
+        mx.save_safetensors(str(path), arrays)
+        result = sft(*tiny_args(tiny_model_dir, data_dir, run, "--iters", "6", "--resume"))
+        assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+        assert f"{path} holds NaN or infinite values" in result.stderr
+    # An adapter folder that holds them is refused where it is loaded, by its file.
+    adapter = latest_checkpoint(tmp_path / "adapters.safetensors")
+    result = sft(*tiny_args(tiny_model_dir, data_dir, tmp_path / "from-nan", "--adapter", str(adapter)))
+    assert result.exit_code == 2 and f"{adapter / 'adapters.safetensors'} holds NaN" in result.stderr
+
+
 def test_resume_clears_what_killed_writes_left(tmp_path, finished_run, tiny_model_dir, data_dir) -> None:  # noqa: F811
     run = tmp_path / "copy"
     shutil.copytree(finished_run, run)
