@@ -1,0 +1,1 @@
+"""Benchmarks: measurements of the product code, kept out of the product packages."""
