@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from solver.errors import UserError
+from sft.run_folder import claim, continues, note_starts_again, refuse_changes
 from solver.options import json_option, writable_file, writable_folder
 
 HELD_OUT_KEYS = ("heldout_", "best_")  # shown by heldout_table, not summary_table
@@ -19,6 +19,7 @@ OVERRIDES = {
     "eval_every": "eval_every", "eval_games": "eval_games", "eval_endgame": "eval_endgame", "best_by": "best_by",
     "start": "rollout.start", "turns": "rollout.turns", "dtype": "dtype",
 }
+FLAGS = {key: f"--{name.replace('_', '-')}" for name, key in OVERRIDES.items()}  # each key's flag, for messages
 
 
 @click.command("rl")
@@ -60,11 +61,17 @@ OVERRIDES = {
 @click.option("--dtype", default=None, help="Weights' dtype: auto (float32 on a CPU, bfloat16 on a GPU), float32, "
                                             "bfloat16 or float16; the adapter stays float32 [default: auto].")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint (running the same "
-                                             "command again does too; only --steps may change).")
+                                             "command again does too); flags left out are the run's own, only "
+                                             "--steps may change.")
 @click.option("--quiet", is_flag=True, help="No live view.")
 @json_option
 def rl_command(model, adapter, out, config_path, resume, quiet, json_path, **flags) -> None:
-    """Train a LoRA adapter with GRPO on whole games, alternating with filtered expert iteration."""
+    """Train a LoRA adapter with GRPO on whole games, alternating with filtered expert iteration.
+
+    Run the same command again to continue the run in --out from its last checkpoint (a run
+    that never reached one starts again). Its flags and --config are compared with the run's
+    record: the same values are fine, another is an error naming the flag; --steps may grow.
+    """
     from rich.console import Console
 
     from rl.loop import run_rl
@@ -83,29 +90,23 @@ def rl_command(model, adapter, out, config_path, resume, quiet, json_path, **fla
 
 def run_request(out: Path, model: str | None, adapter: str | None, config_path: str | None, overrides: dict,
                 resume: bool, show_progress: bool):
-    """The run to do: a new one, or the run in `out` continued.
-
-    One rule: the same command again continues a run from its last checkpoint (`--resume`
-    says so explicitly, and may be given without the other flags); a folder whose run never
-    reached a checkpoint starts again. What cannot change mid-run is compared with the run's
-    own record: identical values are fine, a different one is an error naming its flag.
-    Only --steps may change, to run longer.
-    """
-    from rl.config import build_config, load_config_file
+    """The run to do: a new one, or the run in `out` continued, under the one resume rule
+    (sft/run_folder.py). Only --steps may change, to run longer."""
+    from rl.config import build_config, check_values, load_config_file
     from rl.loop import RunRequest, resume_request
-    from sft.checkpoint import latest_checkpoint
 
-    if not resume and latest_checkpoint(out) is None:
-        data = load_config_file(config_path) if config_path else {}
-        return RunRequest(model or "default", adapter, out, build_config(data, overrides, config_path or "options"),
+    check_values(overrides, FLAGS)  # a bad flag is named as itself before any file is read
+    claim(out, "rl")
+    if not continues(out, resume):
+        data, where = (load_config_file(config_path), f"config {config_path}") if config_path else ({}, "options")
+        flags = {key: FLAGS[key] for key in overrides} if config_path else FLAGS  # without a file, every key is a flag's
+        return RunRequest(model or "default", adapter, out, build_config(data, overrides, where, flags),
                           show_progress=show_progress)
     request = resume_request(out, overrides.get("steps"), show_progress)
-    changed = changed_settings(request, model, adapter, config_path, overrides)
-    if changed:
-        raise UserError(f"{out} holds an RL run that continues as it started: only --steps may change "
-                        f"(got {', '.join(changed)}); choose another --out for a new run")
+    refuse_changes(out, "an RL run", changed_settings(request, model, adapter, config_path, overrides),
+                   "only --steps may change")
     if not request.resume:
-        click.echo(f"note: {out} has no checkpoint yet; its run starts again from step 0", err=True)
+        note_starts_again(out)
     return request
 
 
@@ -116,6 +117,7 @@ def changed_settings(request, model: str | None, adapter: str | None, config_pat
 
     from llm.loading import portable_spec
     from rl.config import build_config, load_config_file
+    from rl.loop import CONFIG_FILE
     from sft.lora import ADAPTER_WEIGHTS
 
     changed = []
@@ -125,17 +127,13 @@ def changed_settings(request, model: str | None, adapter: str | None, config_pat
                                                                           Path(request.adapter) / ADAPTER_WEIGHTS)):
         changed.append("--adapter")
     saved = _flat(dataclasses.replace(request.config, steps=0).to_json())
-    flags = {key: name for name, key in OVERRIDES.items()}
-    if config_path is not None:
-        given = build_config(load_config_file(config_path), {**overrides, "steps": 0}, config_path)
-        changed += sorted({f"--{flags[key].replace('_', '-')}" if key in overrides else f"--config ({key})"
-                           for key, value in _flat(given.to_json()).items() if saved[key] != value})
-    else:
-        checked = build_config({}, {**overrides, "steps": 1}, "options")  # the flags' own checks first
-        given = _flat(checked.to_json())
-        changed += sorted(f"--{flags[key].replace('_', '-')}" for key in overrides
-                          if key != "steps" and given[key] != saved[key])
-    return changed
+    flags = {key: FLAGS[key] for key in overrides}
+    if config_path is not None:  # the whole file is compared, each flag over it
+        asked = build_config(load_config_file(config_path), overrides, f"config {config_path}", flags)
+    else:  # the flags alone, over the run's own settings
+        asked = build_config(request.config.to_json(), overrides, str(request.out / CONFIG_FILE), flags)
+    asked = _flat(dataclasses.replace(asked, steps=0).to_json())
+    return changed + sorted({flags.get(key, f"--config ({key})") for key, value in asked.items() if saved[key] != value})
 
 
 def _flat(tree: dict, prefix: str = "") -> dict:

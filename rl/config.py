@@ -9,6 +9,7 @@ schedule string is a one-line `UserError` naming the key, before anything loads.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import typing
 from dataclasses import dataclass, field
@@ -129,8 +130,31 @@ def _unique_key_loader() -> type:
     return UniqueKeyLoader
 
 
-def build_config(data: dict, overrides: dict | None = None, where: str = "config") -> RLConfig:
-    """An `RLConfig` from a (possibly partial) mapping, with `overrides` ({"grpo.kl_coef": 0.1}) on top."""
+@dataclass(frozen=True)
+class Names:
+    """How a message names a setting: by the flag that gave it, else by its key, after the
+    name of the file (or the defaults) it came from. A flag's mistake is never blamed on a file."""
+
+    where: str
+    flags: dict[str, str] = field(default_factory=dict)  # config key -> the flag that set it
+
+    def __call__(self, key: str) -> str:
+        return self.flags.get(key, key)
+
+    def blame(self, *keys: str) -> str:
+        """The start of a message about `keys`: empty when flags gave them all, else the file's name."""
+        return "" if all(key in self.flags for key in keys) else f"{self.where}: "
+
+
+def build_config(data: dict, overrides: dict | None = None, where: str = "config",
+                 flags: dict[str, str] | None = None) -> RLConfig:
+    """An `RLConfig` from a (possibly partial) mapping, with `overrides` ({"grpo.kl_coef": 0.1}) on top.
+
+    `where` names the mapping's source in errors, `flags` the flag behind each key that
+    one set ({"grpo.kl_coef": "--kl-coef"}). With neither evals' count given, held-out
+    evals are off unless `eval_every` was asked for: 0 games means none, as in `sft`.
+    """
+    names = Names(where, flags or {})
     merged = _deep_copy(data)
     for dotted, value in (overrides or {}).items():
         node = merged
@@ -138,68 +162,89 @@ def build_config(data: dict, overrides: dict | None = None, where: str = "config
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
-    config = _build(RLConfig, merged, "", where)
+    config = _build(RLConfig, merged, "", names)
     config.reward.check(where)
-    _check_heldout(config, where)
+    if not (config.eval_games or config.eval_endgame) and "eval_every" not in merged:
+        config = dataclasses.replace(config, eval_every=0)
+    _check_heldout(config, names)
     if config.lora.full:
         raise UserError(f"{where}: lora.full must be false: RL trains a LoRA adapter (its reference policy is "
                         "the model with the adapter switched off)")
     return config
 
 
-def _check_heldout(config: RLConfig, where: str) -> None:
+def check_values(values: dict, flags: dict[str, str]) -> None:
+    """Each flag's own type and range ({"rollout.group_size": 1}), before any file is read:
+    a bad flag is named as itself, not as a key of the file it would have overridden."""
+    names = Names("options", flags)
+    for dotted, value in values.items():
+        _check_value(dotted, value, _kind_of(dotted), names)
+
+
+def _kind_of(dotted: str) -> type:
+    cls = RLConfig
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        cls = typing.get_type_hints(cls)[part]
+    return typing.get_type_hints(cls)[leaf]
+
+
+def _check_heldout(config: RLConfig, names: Names) -> None:
     """Held-out evals need something to play, and RUN/best a figure to be chosen by."""
+    keys = ("eval_every", "eval_games", "eval_endgame")
     if config.eval_every and not (config.eval_games or config.eval_endgame):
-        raise UserError(f"{where}: eval_every is {config.eval_every} but eval_games and eval_endgame are 0: "
-                        "give one of them, or eval_every 0 for no held-out evals")
+        every, games, endgame = map(names, keys)
+        raise UserError(f"{names.blame(*keys)}{every} is {config.eval_every} but {games} and {endgame} are 0: "
+                        f"give one of them, or {every} 0 for no held-out evals")
     needs = {"wins": ("eval_games", config.eval_games), "endgame": ("eval_endgame", config.eval_endgame)}
     key, value = needs[config.best_by]
     if config.eval_every and not value:
-        raise UserError(f"{where}: best_by {config.best_by} needs {key} > 0")
+        raise UserError(f"{names.blame('best_by', key)}{names('best_by')} {config.best_by} needs {names(key)} > 0")
 
 
 def _deep_copy(data: dict) -> dict:
     return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in data.items()}
 
 
-def _build(cls, data, prefix: str, where: str):
+def _build(cls, data, prefix: str, names: Names):
     if not isinstance(data, dict):
-        raise UserError(f"{where}: {prefix.rstrip('.') or 'the config'} must be a mapping, got {data!r}")
+        raise UserError(f"{names.where}: {prefix.rstrip('.') or 'the config'} must be a mapping, got {_shown(data)}")
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise UserError(f"{where}: unknown key {prefix}{unknown[0]} (known: {', '.join(sorted(known))})")
+        raise UserError(f"{names.where}: unknown key {prefix}{unknown[0]} (known: {', '.join(sorted(known))})")
     values = {}
     for name in known & set(data):
         kind, key = hints[name], prefix + name
         if dataclasses.is_dataclass(kind):
-            values[name] = _build(kind, data[name], key + ".", where)
+            values[name] = _build(kind, data[name], key + ".", names)
         else:
-            values[name] = _check_value(key, data[name], kind, where)
+            values[name] = _check_value(key, data[name], kind, names)
     config = cls(**values)
     if cls is RLConfig:
         config.phases  # noqa: B018 -- parses the schedule: a bad string fails here, with the others
     return config
 
 
-def _check_value(key: str, value, kind, where: str):
+def _check_value(key: str, value, kind, names: Names):
+    what = f"{names.blame(key)}{names(key)}"
     if kind is bool:
         if not isinstance(value, bool):
-            raise UserError(f"{where}: {key} must be true or false, got {value!r}")
+            raise UserError(f"{what} must be true or false, got {_shown(value)}")
         return value
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise UserError(f"{where}: {key} must be a whole number, got {value!r}")
+            raise UserError(f"{what} must be a whole number, got {_shown(value)}")
     elif kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            raise UserError(f"{where}: {key} must be a number, got {value!r}")
+            raise UserError(f"{what} must be a number, got {_shown(value)}")
         value = float(value)
     elif kind is str:
         if not isinstance(value, str):
-            raise UserError(f"{where}: {key} must be a string, got {value!r}")
+            raise UserError(f"{what} must be a string, got {_shown(value)}")
         if key in CHOICE_KEYS and value not in CHOICE_KEYS[key]:
-            raise UserError(f"{where}: {key} must be one of {', '.join(CHOICE_KEYS[key])}, got {value!r}")
+            raise UserError(f"{what} must be one of {', '.join(CHOICE_KEYS[key])}, got {_shown(value)}")
         if key == "schedule":
             parse_schedule(value)
         return value
@@ -208,5 +253,15 @@ def _check_value(key: str, value, kind, where: str):
         below = value <= low if open_low else value < low
         if below or value > high:
             lower = f"> {low}" if open_low else f">= {low}"
-            raise UserError(f"{where}: {key} must be {lower} and <= {high}, got {value!r}")
+            raise UserError(f"{what} must be {lower} and <= {high}, got {_shown(value)}")
     return value
+
+
+def _shown(value) -> str:
+    """A value as the user wrote it in JSON or YAML (true, null), not as Python shows it (True, None)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    try:
+        return json.dumps(value) if not isinstance(value, str) else repr(value)
+    except (TypeError, ValueError):
+        return str(value)

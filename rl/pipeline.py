@@ -16,7 +16,7 @@ pipeline's RL stage 17-24 (results/rl-replay/).
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Callable
 
@@ -29,12 +29,18 @@ from llm import distributed
 from llm.generation import SamplingSettings
 from rl.schedule import parse_schedule
 from sft.gen_data import MAX_GAMES
+from sft.run_folder import claim, refuse_changes
 from sft.states import MAX_DRILL_DEPTH
 from solver.errors import UserError
 from solver.feedback import WIN  # the last pattern: as many patterns as a drill can teach
 from solver.fileio import atomic_write_json, read_json
 
 STAGES_FILE = "stages.json"
+# The pipeline's flags behind RL config keys: an RL check names the flag the user gave.
+RL_FLAGS = {"steps": "--rl-steps", "schedule": "--rl-schedule", "seed": "--seed", "rollout.group_size": "--group-size",
+            "ei.expert": "--expert", "ei.replay": "--ei-replay", "ei.drill": "--ei-drill",
+            "ei.drill_depth": "--ei-drill-depth", "rollout.start": "--rl-start", "rollout.turns": "--rl-turns",
+            "dtype": "--dtype"}
 MODELS = ("base", "sft", "rl")
 
 
@@ -99,21 +105,33 @@ class PipelineSettings:
 
 
 class Stages:
-    """Which stages finished, with their summaries; saved atomically after each one."""
+    """Which stages finished, with their summaries; saved atomically after each one.
 
-    def __init__(self, out: Path, settings: PipelineSettings) -> None:
+    A folder that holds a pipeline run continues it (sft/run_folder.py's rule): its settings
+    are the record's, and a `given` setting must equal it (None: all of `settings` were given).
+    """
+
+    def __init__(self, out: Path, settings: PipelineSettings, given: frozenset[str] | None = None,
+                 resume: bool = False) -> None:
         self.path = out / STAGES_FILE
         self.done: dict[str, dict] = {}
-        if self.path.exists():
-            saved = read_json(self.path, "pipeline record")
-            if saved.get("settings") != asdict(settings):
-                raise UserError(f"{out} holds a pipeline run with other settings; use another --out")
-            stages = saved.get("stages", {})
-            if not isinstance(stages, dict) or not all(isinstance(s, dict) for s in stages.values()):
-                raise UserError(f"{self.path} is corrupt (stages must map each stage to its summary); "
-                                "remove it to start over")
-            self.done = stages
         self.settings = settings
+        if not self.path.exists():
+            if resume:
+                raise UserError(f"--resume: {out} holds no pipeline run to continue; run the same command "
+                                "without --resume to start one")
+            return
+        saved = read_json(self.path, "pipeline record")
+        self.settings = _recorded_settings(self.path, saved.get("settings"))
+        asked, recorded = asdict(settings), asdict(self.settings)
+        changed = [_flag(name) for name in sorted(asked if given is None else given & asked.keys())
+                   if asked[name] != recorded[name]]
+        refuse_changes(out, "a pipeline run", changed, "its settings may not change")
+        stages = saved.get("stages", {})
+        if not isinstance(stages, dict) or not all(isinstance(s, dict) for s in stages.values()):
+            raise UserError(f"{self.path} is corrupt (stages must map each stage to its summary); "
+                            "remove it to start over")
+        self.done = stages
 
     def run(self, name: str, stage: Callable[[], dict]) -> dict:
         if name not in self.done:
@@ -123,18 +141,32 @@ class Stages:
         return self.done[name]
 
 
-def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = True) -> dict:
-    """Every stage not done yet, holding OUT's lock (solver/run_lock.py) throughout."""
+def _recorded_settings(path: Path, saved) -> PipelineSettings:
+    """The settings the pipeline run in the folder started with."""
+    if not isinstance(saved, dict) or set(saved) != {f.name for f in fields(PipelineSettings)}:
+        raise UserError(f"{path} does not hold this version's pipeline settings; choose another --out")
+    return PipelineSettings(**saved)
+
+
+def _flag(name: str) -> str:
+    return f"--{name.replace('_', '-')}"
+
+
+def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = True,
+                 given: frozenset[str] | None = None, resume: bool = False) -> dict:
+    """Every stage not done yet, holding OUT's lock (solver/run_lock.py) throughout; a pipeline run
+    already in `out` continues with its own settings (`Stages`)."""
     from solver.run_lock import run_lock
 
     settings.check()
     if distributed.world().size > 1:
         raise UserError("pipeline runs in one process; under mlx.launch run its stages `sft` and `rl` instead")
     with run_lock(out):
-        return _run_pipeline(out, settings, show_progress)
+        claim(out, "pipeline")
+        return _run_pipeline(out, Stages(out, settings, given, resume), show_progress)
 
 
-def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) -> dict:
+def _run_pipeline(out: Path, stages: Stages, show_progress: bool) -> dict:
     from eval.run import ModelSpec, run_eval
     from llm.loading import resolve_model
     from rl.config import build_config
@@ -146,6 +178,7 @@ def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) ->
 
     # Every setting of every stage, and the model, are checked before the first stage runs
     # (settings.check() ran before the lock): a bad --group-size must not cost a gen-sft and an SFT run.
+    settings = stages.settings
     data, sft_dir, rl_dir = out / "data", out / "sft", out / "rl"
     sft_config = SFTConfig(model=settings.model, data=str(data), out=str(sft_dir), iters=settings.sft_iters,
                            learning_rate=settings.sft_lr, eval_every=settings.sft_iters, eval_games=0,
@@ -163,8 +196,7 @@ def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) ->
                                   "grpo.learning_rate": settings.grpo_lr, "grpo.groups_per_step": settings.grpo_groups,
                                   "grpo.max_rollouts": 1, "rollout.start": settings.rl_start,
                                   "rollout.turns": settings.rl_turns, "dtype": settings.dtype},
-                             "pipeline")
-    stages = Stages(out, settings)  # reads an earlier run's record, if any: other settings are refused here
+                             "pipeline", RL_FLAGS)
     resolve_model(settings.model)
     out.mkdir(parents=True, exist_ok=True)
     console = Console()
@@ -175,8 +207,7 @@ def _run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool) ->
         settings.seed, settings.model, show_progress, expert=settings.expert))
 
     console.rule("2/4 sft: LoRA on the solver's answers")
-    stages.run("sft", lambda: run_sft(sft_config, resume=latest_checkpoint(sft_dir) is not None,
-                                      show_progress=show_progress))
+    stages.run("sft", lambda: run_sft(sft_config, show_progress=show_progress))
 
     console.rule("3/4 rl: GRPO alternating with filtered expert iteration")
     rl = stages.run("rl", lambda: run_rl(RunRequest(settings.model, str(sft_dir / "adapter"), rl_dir, rl_config,

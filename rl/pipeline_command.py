@@ -9,14 +9,14 @@ import click
 from llm.options import dtype_option
 from rl.pipeline import PipelineSettings
 from rl.rollout import STARTS
-from solver.options import json_option, seed_option, writable_folder
+from solver.options import given_params, json_option, seed_option, writable_folder
 from solver.policy import EXPERTS
 
 DEFAULT = PipelineSettings()
 
 @click.command("pipeline")
 @click.option("--out", required=True, type=click.Path(file_okay=False), callback=writable_folder,
-              help="Run folder; run the same command again to resume an interrupted pipeline.")
+              help="Run folder; run the same command again to continue an interrupted pipeline.")
 @click.option("--model", default=DEFAULT.model, show_default=True, help="Base model (mlx-lm folder, HF id, 'default').")
 @seed_option
 @click.option("--sft-games", type=int, default=DEFAULT.sft_games, show_default=True, help="Solver games for SFT data.")
@@ -39,10 +39,17 @@ DEFAULT = PipelineSettings()
               help="Groups asked per RL game: 0 plays to the end, 1 is single-turn.")
 @click.option("--eval-games", type=int, default=DEFAULT.eval_games, show_default=True, help="Held-out games per model.")
 @dtype_option
+@click.option("--resume", is_flag=True, help="Continue the pipeline in --out (running the same command again does "
+                                             "too); flags left out are the run's own.")
 @json_option
 def pipeline_command(out, model, seed, sft_games, expert, sft_iters, rl_steps, rl_schedule, ei_replay, ei_drill,
-                     ei_drill_depth, group_size, rl_start, rl_turns, eval_games, dtype, json_path) -> None:
-    """Teach the model Wordle end to end and compare base, SFT and RL on held-out secrets."""
+                     ei_drill_depth, group_size, rl_start, rl_turns, eval_games, dtype, resume, json_path) -> None:
+    """Teach the model Wordle end to end and compare base, SFT and RL on held-out secrets.
+
+    Run the same command again to continue the pipeline in --out: finished stages are
+    skipped, an interrupted SFT or RL stage resumes from its last checkpoint. Its flags are
+    compared with the run's record: the same values are fine, another is an error naming the flag.
+    """
     from rich.console import Console
 
     from rl.pipeline import comparison_table, run_pipeline
@@ -52,7 +59,7 @@ def pipeline_command(out, model, seed, sft_games, expert, sft_iters, rl_steps, r
                                 rl_steps=rl_steps, rl_schedule=rl_schedule, ei_replay=ei_replay, ei_drill=ei_drill,
                                 ei_drill_depth=ei_drill_depth, group_size=group_size, rl_start=rl_start,
                                 rl_turns=rl_turns, eval_games=eval_games, dtype=dtype)
-    summary = run_pipeline(Path(out), settings)
+    summary = run_pipeline(Path(out), settings, given=given_params(click.get_current_context()), resume=resume)
     console = Console()
     console.print(comparison_table(summary))
     console.print(summary["rl_vs_sft"]["summary"], markup=False, highlight=False)

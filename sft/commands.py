@@ -5,14 +5,15 @@ from __future__ import annotations
 import click
 
 from llm.options import dtype_option
-from solver.options import json_option, seed_option, writable_folder
+from solver.options import given_params, json_option, seed_option, writable_folder
 
 
 @click.command("sft")
 @click.option("--model", default="default", show_default=True,
               help="Base model: mlx-lm folder, Hugging Face id, or 'default' (SmolLM2-135M-Instruct, embedded).")
-@click.option("--data", required=True, type=click.Path(), help="Folder with train.jsonl (+ valid/test.jsonl), "
-                                                              "as gen-sft writes it.")
+@click.option("--data", type=click.Path(), default=None,
+              help="Folder with train.jsonl (+ valid/test.jsonl), as gen-sft writes it; a run continued in --out "
+                   "has its own.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), callback=writable_folder,
               help="Run folder: checkpoints/, metrics.jsonl, adapter/ (and fused/).")
 @click.option("--adapter", type=click.Path(), default=None,
@@ -26,7 +27,8 @@ from solver.options import json_option, seed_option, writable_folder
 @click.option("--max-seq-len", type=int, default=1024, show_default=True,
               help="Longest example allowed (longer ones are an error, never silently cut).")
 @click.option("--full", is_flag=True, help="Train all transformer weights instead of a LoRA adapter.")
-@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
+@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint (running the same "
+                                             "command again does too); flags left out are the run's own.")
 @click.option("--fuse", is_flag=True, help="Also write --out/fused: base + adapter in one model, checked "
                                            "to answer like the adapter.")
 @click.option("--eval-every", type=int, default=100, show_default=True,
@@ -39,7 +41,12 @@ from solver.options import json_option, seed_option, writable_folder
 @json_option
 def sft(model, data, out, adapter, iters, rank, learning_rate, warmup, batch_size, max_seq_len, full, resume, fuse,
         eval_every, eval_games, save_every, seed, quiet, dtype, json_path) -> None:
-    """Fine-tune a model on chat examples; write OUT/adapter (mlx-lm format) and metrics."""
+    """Fine-tune a model on chat examples; write OUT/adapter (mlx-lm format) and metrics.
+
+    Run the same command again to continue the run in --out from its last checkpoint (a run
+    that never reached one starts again). Flags that decide the weights are compared with the
+    run's record: the same values are fine, another is an error naming the flag.
+    """
     from rich.console import Console
 
     from sft.run import SFTConfig, run_sft
@@ -49,7 +56,8 @@ def sft(model, data, out, adapter, iters, rank, learning_rate, warmup, batch_siz
                        learning_rate=learning_rate, batch_size=batch_size, max_seq_len=max_seq_len, full=full,
                        warmup=warmup, eval_every=eval_every, eval_games=eval_games, save_every=save_every,
                        seed=seed, dtype=dtype)
-    summary = run_sft(config, resume=resume, fuse=fuse, show_progress=not quiet)
+    summary = run_sft(config, resume=resume, fuse=fuse, show_progress=not quiet,
+                      given=given_params(click.get_current_context()))
     if summary is None:  # a process other than rank 0 under mlx.launch: rank 0 reports
         return
     if json_path:

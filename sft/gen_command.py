@@ -39,7 +39,8 @@ from solver.policy import EXPERTS, SolverSettings
 @seed_option
 @click.option("--model", default=None,
               help="Tokenizer for the token statistics (default: the default model's, if cached).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing non-empty --out.")
+@click.option("--overwrite", is_flag=True, help="Replace the gen-sft dataset in --out (another command's output "
+                                                "is never replaced).")
 @click.option("--cold", is_flag=True,
               help="Ignore the solver's decisions stored by earlier runs (to time a first run).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
@@ -49,10 +50,14 @@ def gen_sft(out, games, secrets, answers, allowed, hard, lookahead, top_k, exper
     """Play solver games and write one chain-of-thought example per solver turn, split by secret."""
     from rich.console import Console
 
-    check_out_dir(Path(out), overwrite)
+    from solver.run_lock import run_lock
+
+    check_out_path(Path(out))
     settings = SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k)
-    result = generate_dataset(Path(out), games, secrets, answers, allowed, settings, max_history, off_policy, seed,
-                              model, show_progress=not quiet, cold=cold, rejected=rejected, expert=expert)
+    with run_lock(out):  # no run may be writing into the folder this one replaces
+        check_out_dir(Path(out), overwrite)
+        result = generate_dataset(Path(out), games, secrets, answers, allowed, settings, max_history, off_policy,
+                                  seed, model, show_progress=not quiet, cold=cold, rejected=rejected, expert=expert)
     if json_path:
         atomic_write_json(json_path, result)
     Console().print(summary_table(result))
@@ -170,11 +175,21 @@ def summary_table(result: dict) -> Table:
     return table
 
 
-def check_out_dir(out: Path, overwrite: bool) -> None:
+def check_out_path(out: Path) -> None:
+    """Refuse, before taking its lock, an --out that is a file or that holds the working directory."""
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a folder")
     if out.is_dir() and Path.cwd().resolve().is_relative_to(out.resolve()):
         raise UserError(f"--out {out} is the folder you are in (or holds it); gen-sft replaces its --out whole: "
                         "name a folder of its own, e.g. --out data")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
+
+
+def check_out_dir(out: Path, overwrite: bool) -> None:
+    """Holding its lock: --out is empty, or a dataset that --overwrite may replace (never another
+    command's output: sft/run_folder.py)."""
+    from sft.run_folder import claim
+    from solver.run_lock import LOCK_FILE
+
+    claim(out, "gen-sft")
+    if any(p.name != LOCK_FILE for p in out.iterdir()) and not overwrite:
         raise UserError(f"--out {out} exists and is not empty; pass --overwrite to replace it")

@@ -6,9 +6,9 @@ validation loss and play a few held-out validation games (eval/validation.py,
 sampled at eval's temperature) through the eval harness;
 every `save_every` steps write a checkpoint (`sft.checkpoint`). At the end write
 RUN/adapter (an mlx-lm adapter folder) and, with `fuse`, RUN/fused, checked against
-the adapter. `resume` picks up at the last checkpoint with the same batches and
-learning rate the interrupted run would have used; the settings that shape the
-trajectory must match the ones the run started with.
+the adapter. The same command again (or `resume`) picks up at the last checkpoint with
+the same batches and learning rate the interrupted run would have used; the settings
+that shape the trajectory must match the ones the run started with (sft/run_folder.py).
 
 Under `mlx.launch -n N` (llm/distributed.py) every process trains on its share of each
 batch of `batch_size`; rank 0 alone writes the run folder and shows progress, and
@@ -21,7 +21,7 @@ import hashlib
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -30,9 +30,10 @@ from llm import distributed
 from sft.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from sft.data import SFTData, check_lengths, load_data_dir, prompt_of
 from sft.lora import AdapterSettings, attach_adapter, continue_adapter, save_adapter
+from sft.run_folder import claim, continues, note_starts_again, refuse_changes
 from sft.trainer import BatchOrder, OptimizerSettings, SFTTrainer, collate
 from solver.errors import UserError
-from solver.fileio import append_line, atomic_write_json, atomic_write_text, read_text
+from solver.fileio import append_line, atomic_write_json, atomic_write_text, read_json, read_text
 
 MAX_STEPS = 10_000_000  # as rl's steps
 VAL_EXAMPLES = 64  # validation loss on at most this many valid.jsonl examples: it runs every --eval-every steps
@@ -42,7 +43,7 @@ FUSE_PROMPTS = 4
 @dataclass(frozen=True)
 class SFTConfig:
     model: str
-    data: str
+    data: str | None  # None: a continued run's own (run.json)
     out: str
     adapter: str | None = None
     iters: int = 1000
@@ -84,8 +85,17 @@ class SFTConfig:
 
     def trajectory(self, data_digest: str) -> dict:
         """What decides the weights at every step: a resumed run must agree on all of it."""
-        keys = ("model", "adapter", "iters", "rank", "learning_rate", "batch_size", "max_seq_len", "full", "seed")
-        return {**{k: getattr(self, k) for k in keys}, "warmup": self.warmup_steps, "train_sha256": data_digest}
+        return {**{k: getattr(self, k) for k in FIXED}, "warmup": self.warmup_steps, "train_sha256": data_digest}
+
+
+# The flag behind each setting, as messages name it; FIXED ones (with --warmup and the train
+# data) decide the weights at every step, so a continued run keeps them.
+FLAGS = {"model": "--model", "data": "--data", "adapter": "--adapter", "iters": "--iters", "rank": "--rank",
+         "learning_rate": "--lr", "warmup": "--warmup", "batch_size": "--batch-size", "max_seq_len": "--max-seq-len",
+         "full": "--full", "eval_every": "--eval-every", "eval_games": "--eval-games", "save_every": "--save-every",
+         "seed": "--seed", "dtype": "--dtype", "train_sha256": "--data (its train.jsonl)"}
+FIXED = ("model", "adapter", "iters", "rank", "learning_rate", "batch_size", "max_seq_len", "full", "seed")
+MAY_CHANGE = "only --data (with the same train.jsonl), --eval-every, --eval-games, --save-every and --dtype may change"
 
 
 class MetricsLog:
@@ -115,17 +125,60 @@ class MetricsLog:
         atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
-def run_sft(config: SFTConfig, resume: bool = False, fuse: bool = False, show_progress: bool = True) -> dict | None:
+def run_sft(config: SFTConfig, resume: bool = False, fuse: bool = False, show_progress: bool = True,
+            given: frozenset[str] | None = None) -> dict | None:
     """The run's summary; None on the processes other than rank 0 under mlx.launch. Rank 0
-    holds the run folder's lock (solver/run_lock.py) from the first check to the last write."""
+    holds the run folder's lock (solver/run_lock.py) from the first check to the last write.
+    The same settings again continue the run in config.out (`continued`)."""
     from solver.run_lock import run_lock
 
     started = time.perf_counter()
     config.check()
     if not distributed.world().is_main:
-        return _run_sft(config, resume, fuse, show_progress, started)
+        return _run_sft(*continued(config, resume, given), fuse, show_progress, started)
     with run_lock(config.out):
-        return _run_sft(config, resume, fuse, show_progress, started)
+        claim(Path(config.out), "sft")
+        return _run_sft(*continued(config, resume, given), fuse, show_progress, started)
+
+
+def continued(config: SFTConfig, resume: bool, given: frozenset[str] | None = None) -> tuple[SFTConfig, bool]:
+    """The run to do under the resume rule (sft/run_folder.py), and whether it resumes from a checkpoint:
+    `config` for a new run, else the run in its --out as recorded, with the `given` settings that may
+    change (None: all of `config` was given) and the others compared with the record."""
+    out = Path(config.out)
+    if not continues(out, resume):
+        if config.data is None:
+            raise UserError("--data is needed to start a run: the folder gen-sft wrote")
+        return config, False
+    saved = _recorded_config(out)
+    given = frozenset(FLAGS) if given is None else given
+    changed = [FLAGS[key] for key in FIXED if key in given and getattr(config, key) != getattr(saved, key)]
+    if "warmup" in given and config.warmup_steps != saved.warmup_steps:
+        changed.append(FLAGS["warmup"])
+    refuse_changes(out, "an SFT run", sorted(changed), MAY_CHANGE)
+    kept = {key: getattr(config, key) for key in ("data", "eval_every", "eval_games", "save_every", "dtype")
+            if key in given and getattr(config, key) is not None}
+    resumes = latest_checkpoint(out) is not None
+    if not resumes and distributed.world().is_main:
+        note_starts_again(out)
+    return replace(saved, out=config.out, **kept), resumes
+
+
+def _recorded_config(out: Path) -> SFTConfig:
+    """The settings the run in `out` started with (its run.json)."""
+    path = out / "run.json"
+    if not path.is_file() and latest_checkpoint(out) is not None:
+        raise UserError(f"{out} has a checkpoint but no run.json with its settings; choose another --out")
+    if not path.is_file():
+        raise UserError(f"--resume: {out} has no checkpoint to resume from; run the same command without "
+                        "--resume to start it from step 0")
+    record = read_json(path, "SFT run record")
+    try:
+        saved = SFTConfig(**{f.name: record[f.name] for f in fields(SFTConfig) if f.name in record})
+        saved.check()
+    except (TypeError, UserError) as err:
+        raise UserError(f"{path} is corrupt: it does not hold an SFT run's settings; choose another --out") from err
+    return saved
 
 
 def _run_sft(config: SFTConfig, resume: bool, fuse: bool, show_progress: bool, started: float) -> dict | None:
@@ -137,7 +190,6 @@ def _run_sft(config: SFTConfig, resume: bool, fuse: bool, show_progress: bool, s
     distributed.portion(config.batch_size, "--batch-size")  # a batch must have a share for every process
     data = load_data_dir(config.data)
     out = Path(config.out)
-    _check_run_folder(out, resume)
     digest = hashlib.sha256((Path(config.data) / "train.jsonl").read_bytes()).hexdigest()
 
     # Full fine-tuning updates the base weights themselves: they train in float32 unless asked otherwise.
@@ -161,7 +213,7 @@ def _run_sft(config: SFTConfig, resume: bool, fuse: bool, show_progress: bool, s
         saved = checkpoint.extra.get("config")
         if not isinstance(saved, dict):
             raise UserError(f"checkpoint {checkpoint.path} is corrupt: its state.json does not hold the run's settings")
-        _check_same_trajectory(saved, trajectory)
+        _check_same_trajectory(saved, trajectory, out)
         distributed.check_same_size(checkpoint.extra.get("processes", 1))
         start = checkpoint.step
         if start > config.iters:  # only a corrupt checkpoint: --iters is part of the trajectory
@@ -240,20 +292,10 @@ def _tokenized(trainer: SFTTrainer, data: SFTData, config: SFTConfig):
     return train, valid
 
 
-def _check_run_folder(out: Path, resume: bool) -> None:
-    existing = latest_checkpoint(out)
-    if resume and existing is None:
-        raise UserError(f"--resume: {out} has no checkpoint to resume from; run the same command without "
-                        "--resume to start it from step 0")
-    if not resume and existing is not None:
-        raise UserError(f"{out} already holds a run ({existing.name}); add --resume to continue it "
-                        "or choose another --out")
-
-
-def _check_same_trajectory(saved: dict, now: dict) -> None:
-    for key, value in now.items():
-        if saved.get(key) != value:
-            raise UserError(f"--resume: {key} is {value!r} now but {saved.get(key)!r} in the checkpointed run")
+def _check_same_trajectory(saved: dict, now: dict, out: Path) -> None:
+    """The checkpoint's own record of what decides the weights (the train data's digest too)."""
+    refuse_changes(out, "an SFT run", sorted(FLAGS.get(key, key) for key, value in now.items()
+                                             if saved.get(key) != value), MAY_CHANGE)
 
 
 def summarise(records: list[dict], out: Path, adapter_dir: Path, fused: dict | None, seconds: float) -> dict:

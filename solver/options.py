@@ -76,6 +76,15 @@ def solver_options(f: Callable) -> Callable:
     return f
 
 
+def given_params(ctx: click.Context) -> frozenset[str]:
+    """The parameters the user gave, by name (not those left at their defaults): a command
+    that continues a run takes the others from the run's own record."""
+    from click.core import ParameterSource
+
+    defaulted = (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+    return frozenset(name for name in ctx.params if ctx.get_parameter_source(name) not in defaulted)
+
+
 def json_option(f: Callable) -> Callable:
     return click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
                         callback=writable_file, help="Also write the results as JSON to this file.")(f)

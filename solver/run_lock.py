@@ -5,7 +5,8 @@ RUN, so a second run given the same `--out` stops with one error line instead of
 logging every step twice. The operating system drops a flock when its process ends,
 however it ends (kill -9 included): the lock file left behind never blocks a resume.
 A folder the run created and left holding nothing but the lock (it stopped on an
-error before writing anything) is removed again. Holding the lock, the run owns the
+error before writing anything) is removed again, and so is a lock file it created in a
+folder it stopped on (one holding another command's output, say). Holding the lock, the run owns the
 folder: what a killed run's atomic writes left there (temp files and folders) is
 cleared as the lock is taken.
 """
@@ -31,6 +32,7 @@ def run_lock(folder: str | os.PathLike) -> Iterator[Path]:
     if folder.exists() and not folder.is_dir():
         raise UserError(f"--out {folder} is a file, not a folder")
     created = not folder.exists()
+    fresh = not (folder / LOCK_FILE).exists()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         handle = open(folder / LOCK_FILE, "a+", encoding="utf-8")
@@ -51,7 +53,11 @@ def run_lock(folder: str | os.PathLike) -> Iterator[Path]:
         try:
             remove_leftovers(folder)
             yield folder
+        except BaseException:
+            if fresh:  # the run stopped on an error: a folder that is not its own keeps no lock file of it
+                (folder / LOCK_FILE).unlink(missing_ok=True)
+            raise
         finally:
-            if created and [p.name for p in folder.iterdir()] == [LOCK_FILE]:
-                (folder / LOCK_FILE).unlink()
+            if created and [p.name for p in folder.iterdir()] in ([], [LOCK_FILE]):
+                (folder / LOCK_FILE).unlink(missing_ok=True)
                 folder.rmdir()

@@ -40,9 +40,9 @@ def run(*args):
     (["sft", "--data", "/nonexistent", "--out", "{tmp}/run", "--iters", "99999999999999999999"],
      "--iters must be at most 10,000,000"),
     (["sft", "--data", "/nonexistent", "--out", "{tmp}/run", "--rank", "99999"], "--rank must be at most 1,024"),
-    (["rl", "--model", "/nonexistent", "--out", "{tmp}/rl", "--lr", "nan"], "grpo.learning_rate must be a number"),
-    (["rl", "--model", "/nonexistent", "--out", "{tmp}/rl", "--temperature", "inf"], "rollout.temperature"),
-    (["rl", "--model", "/nonexistent", "--out", "{tmp}/rl", "--seed", "99999999999999999999"], "seed must be"),
+    (["rl", "--model", "/nonexistent", "--out", "{tmp}/rl", "--lr", "nan"], "--lr must be a number, got nan"),
+    (["rl", "--model", "/nonexistent", "--out", "{tmp}/rl", "--temperature", "inf"], "--temperature must be > 0.0"),
+    (["rl", "--model", "/nonexistent", "--out", "{tmp}/rl", "--seed", "99999999999999999999"], "--seed must be"),
     (["pipeline", "--model", "/nonexistent", "--out", "{tmp}/p", "--seed", "-1"], "--seed"),
     (["pipeline", "--model", "/nonexistent", "--out", "{tmp}/p", "--sft-games", "99999999999"],
      "--sft-games must be at most 100,000"),
@@ -55,7 +55,7 @@ def test_unusable_numbers_are_refused(tmp_path, args, message):
 
 @pytest.mark.parametrize("flags, message", [
     (["--group-size", "1"], "--group-size must be at least 2"),
-    (["--group-size", "1000"], "rollout.group_size must be >= 2 and <= 256"),
+    (["--group-size", "1000"], "--group-size must be >= 2 and <= 256"),
     (["--sft-iters", "0"], "--sft-iters must be positive"),
     (["--eval-games", "0"], "--eval-games must be positive"),
     (["--rl-schedule", "grpo:0"], "the step count of 'grpo' must be a whole number >= 1"),

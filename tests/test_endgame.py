@@ -138,7 +138,7 @@ def test_endgame_config_keys_are_checked_before_work():
     config = build_config({"rollout": {"start": "endgame", "turns": 1}, "eval_endgame": 64, "best_by": "endgame"})
     assert config.rollout.start == "endgame" and config.rollout.turns == 1 and config.eval_endgame == 64
     for bad, named in (({"rollout": {"start": "middle"}}, "rollout.start"), ({"rollout": {"turns": 7}}, "rollout.turns"),
-                       ({"eval_games": 0}, "eval_games"), ({"best_by": "endgame"}, "eval_endgame"),
+                       ({"eval_games": 0, "eval_every": 5}, "eval_games"), ({"best_by": "endgame"}, "eval_endgame"),
                        ({"best_by": "luck"}, "best_by")):
         with pytest.raises(UserError, match=named):
             build_config(bad)

@@ -339,18 +339,23 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
 
 def test_existing_output_needs_overwrite(tmp_path, small_lists_files):
     out = tmp_path / "data"
-    out.mkdir()
-    (out / "notes.txt").write_text("keep me")
+    gen(out, "--games", "5", lists=small_lists_files)
     result = run("--out", str(out), "--games", "5", "--quiet")
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1 and "--overwrite" in lines[0], result.output
-    assert [p.name for p in out.iterdir()] == ["notes.txt"]
     (tmp_path / "file").write_text("x")
     result = run("--out", str(tmp_path / "file"), "--games", "5", "--quiet")
     assert result.exit_code == 2 and "is a file" in result.output
-    gen(out, "--games", "5", "--overwrite", lists=small_lists_files)
+    gen(out, "--games", "6", "--overwrite", lists=small_lists_files)
     assert sorted(p.name for p in out.iterdir()) == ["hf", "manifest.json", "test.jsonl", "train.jsonl",
                                                      "valid.jsonl"]
+    assert json.loads((out / "manifest.json").read_text())["games"] == 6
+    # Not a dataset: --overwrite does not replace it (tests/test_run_folder.py).
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "notes.txt").write_text("keep me")
+    result = run("--out", str(tmp_path / "notes"), "--games", "5", "--quiet", "--overwrite")
+    assert result.exit_code == 2 and "holds other files (notes.txt)" in result.output
+    assert [p.name for p in (tmp_path / "notes").iterdir()] == ["notes.txt"]
 
 
 def test_start_states_for_rl(small_setup):

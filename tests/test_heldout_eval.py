@@ -185,7 +185,7 @@ def test_rl_without_evals_keeps_no_best(tmp_path, tiny_model_dir):  # noqa: F811
     assert [r["phase"] for r in metrics(out)] == ["ei"]
     assert summary["best_step"] is None and summary["heldout_last"] is None and not (out / "best").exists()
     result = CliRunner().invoke(cli, ["rl", "--out", tmp_path / "other", "--eval-every", "-1"])
-    assert result.exit_code == 2 and "eval_every must be >= 0" in result.output
+    assert result.exit_code == 2 and "--eval-every must be >= 0" in result.output
 
 
 # ---- report -------------------------------------------------------------------------------------

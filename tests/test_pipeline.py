@@ -1,6 +1,7 @@
 """The one-command pipeline on the tiny model: every stage, the comparison, and resume."""
 
 import json
+from dataclasses import asdict
 
 import pytest
 from click.testing import CliRunner
@@ -51,12 +52,29 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path_factory, tmp_path, monke
     assert again["eval"] == summary["eval"]
 
 
-def test_pipeline_refuses_other_settings_in_same_folder(tmp_path):
+def test_pipeline_continues_with_its_own_settings_and_names_a_changed_flag(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
+    settings = asdict(PipelineSettings(model=str(tmp_path / "no-model"), sft_iters=3))
+    (out / STAGES_FILE).write_text(json.dumps({"settings": settings, "stages": {}}))
+    result = CliRunner().invoke(cli, ["pipeline", "--out", str(out), "--sft-iters", "3", "--rl-steps", "9",
+                                      "--model", str(tmp_path / "other")])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"error: {out} holds a pipeline run that continues as it started: its settings "
+                                     "may not change (got --model, --rl-steps); choose another --out for a new run")
+    # The same flags, or none: the run's own settings (its model is missing here, so that is where it stops).
+    for flags in (["--sft-iters", "3"], ["--resume"]):
+        result = CliRunner().invoke(cli, ["pipeline", "--out", str(out), *flags])
+        assert result.exit_code == 2 and "no-model" in result.stderr, result.output
     (out / STAGES_FILE).write_text(json.dumps({"settings": {"model": "x"}, "stages": {}}))
     result = CliRunner().invoke(cli, ["pipeline", "--out", str(out)])
-    assert result.exit_code == 2 and "other settings" in result.output
+    assert result.exit_code == 2 and "does not hold this version's pipeline settings" in result.stderr
+
+
+def test_pipeline_resume_needs_a_run(tmp_path):
+    result = CliRunner().invoke(cli, ["pipeline", "--out", str(tmp_path / "run"), "--resume"])
+    assert result.exit_code == 2 and "holds no pipeline run to continue" in result.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_pipeline_bad_values():

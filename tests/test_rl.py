@@ -642,14 +642,38 @@ def test_bad_config_values_are_one_line_errors(tmp_path, data, message):
 
 def test_bad_flags_and_files_are_one_line_errors(tmp_path):
     (tmp_path / "broken.yaml").write_text("steps: [1,\n")
-    for args, message in [(["--steps", "0"], "steps must be >= 1"), (["--schedule", "grpo:x"], "whole number"),
-                          (["--group-size", "1"], "rollout.group_size"),
+    for args, message in [(["--steps", "0"], "--steps must be >= 1"), (["--schedule", "grpo:x"], "whole number"),
+                          (["--group-size", "1"], "--group-size must be >= 2"),
                           (["--config", tmp_path / "missing.yaml"], "cannot read config"),
                           (["--config", tmp_path / "broken.yaml"], "not valid YAML")]:
         result = run_cli("rl", "--model", "unused", "--out", tmp_path / "run", *args)
         assert result.exit_code == 2 and message in result.output, (args, result.output)
     result = run_cli("rl", "--out", tmp_path / "run", "--resume")
     assert result.exit_code == 2 and "no checkpoint to resume" in result.output
+
+
+def test_messages_name_the_flag_or_the_file_that_gave_a_setting(tmp_path):
+    """A bad flag beside --config is the flag's mistake, and without a config no internal key is named."""
+    (tmp_path / "c.yaml").write_text("rollout:\n  group_size: 4\neval_every: 5\n")
+    cases = [
+        (["--config", tmp_path / "c.yaml", "--group-size", "1"], "error: --group-size must be >= 2 and <= 256, got 1"),
+        (["--config", tmp_path / "c.yaml", "--eval-games", "0"],
+         f"error: config {tmp_path / 'c.yaml'}: eval_every is 5 but --eval-games and eval_endgame are 0: "
+         "give one of them, or eval_every 0 for no held-out evals"),
+        (["--eval-every", "5", "--eval-games", "0"],
+         "error: --eval-every is 5 but --eval-games and --eval-endgame are 0: give one of them, "
+         "or --eval-every 0 for no held-out evals"),
+        (["--best-by", "endgame"], "error: --best-by endgame needs --eval-endgame > 0"),
+        (["--best-by", "luck"], "error: --best-by must be one of wins, endgame, got 'luck'"),
+    ]
+    for args, line in cases:
+        result = run_cli("rl", "--model", "unused", "--out", tmp_path / "run", *args)
+        assert result.exit_code == 2 and result.stderr.strip() == line, (args, result.output)
+
+
+def test_eval_games_0_means_no_held_out_evals_as_in_sft():
+    assert build_config({}, {"eval_games": 0}).eval_every == 0
+    assert build_config({}, {"eval_games": 0, "eval_endgame": 8, "best_by": "endgame"}).eval_every == RLConfig().eval_every
 
 
 # ---- whole runs ---------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from sft.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from sft.data import load_data_dir, prompt_of, tokenize
 from sft.fuse import check_same_greedy, write_fused
 from sft.lora import AdapterSettings, attach_adapter, continue_adapter, trainable_weights
+from sft.run import MAY_CHANGE
 from sft.trainer import OptimizerSettings, SFTTrainer, answer_loss_for, collate, output_split
 from solver.errors import UserError
 from solver.setup import load_setup
@@ -344,12 +345,32 @@ def test_redirected_output_shows_progress_from_the_first_validation(tmp_path, ti
     assert "2/2 steps" in result.output
 
 
-def test_resume_refuses_other_settings(finished_run: Path, tiny_model_dir, data_dir) -> None:  # noqa: F811
-    result = sft(*tiny_args(tiny_model_dir, data_dir, finished_run, "--iters", "6", "--seed", "1", "--resume"))
-    assert result.exit_code == 2
-    assert result.stderr.strip() == "error: --resume: seed is 1 now but 0 in the checkpointed run"
-    again = sft(*tiny_args(tiny_model_dir, data_dir, finished_run, "--iters", "6"))
-    assert again.exit_code == 2 and "already holds a run (step-0000006)" in again.stderr
+def test_the_same_command_again_continues_the_run_and_a_changed_flag_is_named(tmp_path, finished_run, tiny_model_dir,
+                                                                              data_dir) -> None:  # noqa: F811
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    before = (run / "metrics.jsonl").read_text()
+    again = sft(*tiny_args(tiny_model_dir, data_dir, run, "--iters", "6"))
+    assert again.exit_code == 0, again.output
+    assert (run / "metrics.jsonl").read_text() == before  # finished: nothing trains again
+    for flags in (["--seed", "1", "--resume"], ["--seed", "1", "--eval-games", "0"]):
+        result = sft(*tiny_args(tiny_model_dir, data_dir, run, "--iters", "6", *flags))
+        assert result.exit_code == 2
+        assert result.stderr.strip() == (f"error: {run} holds an SFT run that continues as it started: {MAY_CHANGE} "
+                                         "(got --seed); choose another --out for a new run")
+    # --resume takes what it is not given from the run's record, --data and --model included.
+    assert sft("--out", str(run), "--resume", "--quiet").exit_code == 0
+
+
+def test_a_run_that_never_reached_a_checkpoint_starts_again(tmp_path, finished_run, tiny_model_dir) -> None:  # noqa: F811
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(finished_run / "run.json", run / "run.json")  # killed before its first checkpoint
+    result = sft("--out", str(run), "--resume", "--quiet", "--eval-games", "0")
+    assert result.exit_code == 0, result.output
+    assert f"note: {run} has no checkpoint yet; its run starts again from step 0" in result.stderr
+    assert [r["step"] for r in metrics(run)] == list(range(7))
+    assert json.loads((run / "run.json").read_text())["eval_games"] == 0  # a flag that may change did
 
 
 # --- bad input -----------------------------------------------------------------------------
@@ -394,6 +415,7 @@ def test_missing_data_model_and_checkpoint(tmp_path: Path, tiny_model_dir, data_
         (["--data", str(tmp_path)], "has no train.jsonl"),
         (["--data", str(data_dir), "--model", str(tmp_path / "no-model")], "model folder not found"),
         (["--data", str(data_dir), "--model", str(tiny_model_dir), "--resume"], "has no checkpoint to resume from"),
+        (["--model", str(tiny_model_dir)], "--data is needed to start a run"),
         (["--data", str(data_dir), "--model", str(tiny_model_dir), "--max-seq-len", "64"],
          "--max-seq-len 64 is too small: the longest train example has"),
         (["--data", str(data_dir), "--model", str(tiny_model_dir), "--batch-size", "500"],

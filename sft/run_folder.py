@@ -1,0 +1,94 @@
+"""What an --out folder holds, and the one rule for running a command on it again.
+
+`gen-sft`, `sft`, `rl` and `pipeline` each write their own kind of folder. A command
+takes an empty folder or one of its own kind; any other (`sft --out DATA_DIR`, or
+`gen-sft --overwrite` on an SFT run) is refused before anything is written there: a run
+mixed into a dataset, or a dataset swapped in over a run, cannot be undone.
+
+The resume rule, one for `sft`, `rl` and `pipeline`: the same command again continues the
+run in --out from its last checkpoint, and a run that never reached one starts again.
+Flags that cannot change mid-run are compared with the run's own record: identical
+values are fine, a changed one is an error naming its flag. `--resume` says the same
+explicitly (an error where there is nothing to continue), and the flags it leaves out
+are the run's own.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from solver.errors import UserError, note
+from solver.fileio import LEFTOVER
+from solver.run_lock import LOCK_FILE
+
+
+@dataclass(frozen=True)
+class Output:
+    """One command's kind of folder: what it is called, and the names it writes there."""
+
+    label: str
+    names: frozenset[str]
+    marker: str  # a file only this kind writes (run.json is told apart by what it holds)
+
+
+OUTPUTS = {
+    "gen-sft": Output("a gen-sft dataset", frozenset({"train.jsonl", "valid.jsonl", "test.jsonl", "hf",
+                                                      "manifest.json"}), "manifest.json"),
+    "sft": Output("an SFT run", frozenset({"run.json", "checkpoints", "latest", "metrics.jsonl", "adapter",
+                                           "fused"}), "run.json"),
+    "rl": Output("an RL run", frozenset({"run.json", "config.json", "start_adapter", "checkpoints", "latest",
+                                         "metrics.jsonl", "adapter", "best", "best.json"}), "run.json"),
+    "pipeline": Output("a pipeline run", frozenset({"stages.json", "data", "sft", "rl", "summary.json",
+                                                    "eval-base.json", "eval-sft.json", "eval-rl.json"}),
+                       "stages.json"),
+}
+# What each run's run.json holds that the other's does not.
+_RUN_FILE_KEYS = {"sft": "trajectory", "rl": "start_adapter"}
+
+
+def claim(folder: Path, kind: str) -> None:
+    """Refuse `folder` for `kind`'s output unless it is empty (a lock and what killed writes
+    left do not count) or already holds `kind`'s output."""
+    if not folder.is_dir():
+        return
+    entries = {p.name for p in folder.iterdir() if p.name != LOCK_FILE and not LEFTOVER.match(p.name)}
+    marked = _kinds_marked(folder, entries)
+    others = [other for other in OUTPUTS if other != kind and other in marked]
+    strangers = [] if kind in marked else sorted(entries - OUTPUTS[kind].names)
+    if not others and not strangers:
+        return
+    held = OUTPUTS[others[0]].label if others else f"other files ({', '.join(strangers[:3])})"
+    raise UserError(f"--out {folder} holds {held}, not {OUTPUTS[kind].label}: choose another --out")
+
+
+def _kinds_marked(folder: Path, entries: set[str]) -> set[str]:
+    """The kinds whose marker file `folder` holds."""
+    kinds = {kind for kind, output in OUTPUTS.items() if output.marker in entries and output.marker != "run.json"}
+    if "run.json" in entries:
+        try:
+            record = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            record = None  # damaged: the run's own resume says so
+        if isinstance(record, dict):
+            kinds |= {kind for kind, key in _RUN_FILE_KEYS.items() if key in record}
+    return kinds
+
+
+def continues(out: Path, resume: bool) -> bool:
+    """Whether the command continues the run in `out`: asked to (`--resume`), or it has a checkpoint."""
+    from sft.checkpoint import latest_checkpoint
+
+    return resume or latest_checkpoint(out) is not None
+
+
+def refuse_changes(out: Path, label: str, changed: list[str], may_change: str) -> None:
+    """The one error for flags that differ from the run's record, naming each."""
+    if changed:
+        raise UserError(f"{out} holds {label} that continues as it started: {may_change} (got {', '.join(changed)}); "
+                        "choose another --out for a new run")
+
+
+def note_starts_again(out: Path) -> None:
+    note(f"{out} has no checkpoint yet; its run starts again from step 0")
