@@ -5,6 +5,12 @@ position; the decisions themselves are a few bytes each. They are stored per wor
 lists, secret list and solver settings, and per version of the solver's code: the
 file name carries a digest of the modules that decide, so editing the solver never
 replays stale moves.
+
+A stored file proves itself before its decisions are used: it names the solver it was
+made for and carries a checksum of its arrays (a row shifted by an edit fails it), and a
+few of its decisions near the end of a game are searched again and must agree (a file
+written wrong in the first place fails that). Any mismatch is a note on
+stderr and an empty store: the decisions are searched again and the file rewritten.
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from typing import Iterator
 
 import numpy as np
 
+from solver.cache_files import digest
+from solver.errors import note
 from solver.fileio import atomic_write, cache_dir
 from solver.policy import Decision, EntropySolver
 
 _DECIDING_MODULES = ("policy.py", "lookahead.py", "safety.py", "entropy.py", "opener.py", "state.py", "feedback.py")
-_TABLES = ("played", "looked")
+SPOT_CHECKS = 3  # stored decisions made again on load: the smallest positions, so it costs milliseconds
 
 
 def code_digest() -> str:
@@ -32,29 +40,32 @@ def code_digest() -> str:
     return digest.hexdigest()[:12]
 
 
+def solver_key(solver: EntropySolver) -> str:
+    """What a store's decisions hold for: word lists, secret list, settings and the deciding code."""
+    return f"{solver.lists.fingerprint}-{solver.secret_kind}-{solver.settings.label}-{code_digest()}"
+
+
 def store_path(solver: EntropySolver) -> Path:
-    name = f"{solver.lists.fingerprint}-{solver.secret_kind}-{solver.settings.label}-{code_digest()}.npz"
-    return cache_dir() / "decisions" / name
+    return cache_dir() / "decisions" / f"{solver_key(solver)}.npz"
+
+
+def _checksum(key: str, arrays: dict[str, np.ndarray]) -> str:
+    parts = [key]
+    for name in sorted(arrays):
+        array = np.ascontiguousarray(arrays[name])
+        parts += [f"{name} {array.dtype.str} {array.shape}", memoryview(array).cast("B")]
+    return digest(*parts)
 
 
 def load(solver: EntropySolver, path: Path) -> int:
-    """Add the decisions stored at `path` to the solver's memo; returns how many. A missing
-    or unreadable file is an empty store (it is only a cache), never an error."""
-    try:
-        with np.load(path) as stored:
-            arrays = {key: stored[key] for key in stored.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError):
+    """Add the decisions stored at `path` to the solver's memo; returns how many. A missing file
+    is an empty store; one that fails its proofs too, with a note (it is only a cache)."""
+    if not path.is_file():
         return 0
-    tables = {}
-    for table_name in solver.memo_tables():
-        try:
-            blob, ends = arrays[f"{table_name}_keys"].tobytes(), arrays[f"{table_name}_ends"]
-            rows, costs = arrays[f"{table_name}_rows"], arrays[f"{table_name}_costs"]
-        except KeyError:
-            return 0
-        if not _consistent(blob, ends, rows, costs, len(solver.lists.allowed)):
-            return 0  # another program's file, or edited: a wrong row would be a wrong move
-        tables[table_name] = blob, ends, rows, costs
+    tables, problem = _read(solver, path)
+    if problem:
+        note(f"the solver's stored decisions in {path} {problem}: they are searched again and the file rewritten")
+        return 0
     loaded = 0
     for table_name, table in solver.memo_tables().items():
         blob, ends, rows, costs = tables[table_name]
@@ -63,6 +74,52 @@ def load(solver: EntropySolver, path: Path) -> int:
             table.setdefault(blob[start:end], Decision(row, cost))
         loaded += len(rows)
     return loaded
+
+
+def _read(solver: EntropySolver, path: Path) -> tuple[dict, str | None]:
+    """The tables stored at `path` ({name: (keys blob, key ends, rows, costs)}), or why they are not
+    this solver's decisions."""
+    try:
+        with np.load(path) as stored:
+            arrays = {key: stored[key] for key in stored.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError):
+        return {}, "cannot be read"
+    if "checksum" not in arrays:
+        return {}, "carry no checksum (an older file)"
+    key, checksum = str(arrays.pop("solver", "")), str(arrays.pop("checksum"))
+    if key != solver_key(solver):
+        return {}, "were made for another solver"
+    if checksum != _checksum(key, arrays):
+        return {}, "do not match their checksum"
+    tables = {}
+    for table_name in solver.memo_tables():
+        try:
+            blob, ends = arrays[f"{table_name}_keys"].tobytes(), arrays[f"{table_name}_ends"]
+            rows, costs = arrays[f"{table_name}_rows"], arrays[f"{table_name}_costs"]
+        except KeyError:
+            return {}, f"lack the {table_name} table"
+        if not _consistent(blob, ends, rows, costs, len(solver.lists.allowed)):
+            return {}, f"hold a {table_name} table that is not one"  # a wrong row would be a wrong move
+        tables[table_name] = blob, ends, rows, costs
+    return tables, _spot_check(solver, *tables["looked"])
+
+
+def _spot_check(solver: EntropySolver, blob: bytes, ends: np.ndarray, rows: np.ndarray, costs: np.ndarray) -> str | None:
+    """Why the stored quick decisions of the SPOT_CHECKS smallest positions the solver can decide
+    again from their keys differ from its own (None: they agree)."""
+    lengths = np.diff(ends, prepend=0)
+    checked = 0
+    for i in np.argsort(lengths, kind="stable").tolist():
+        fresh = solver.decide_afresh(blob[int(ends[i] - lengths[i]):int(ends[i])])
+        if fresh is None:
+            continue
+        if fresh.row != int(rows[i]):
+            return (f"disagree with the solver ({solver.lists.allowed[int(rows[i])]} stored where it plays "
+                    f"{solver.lists.allowed[fresh.row]})")
+        checked += 1
+        if checked == SPOT_CHECKS:
+            break
+    return None
 
 
 def _consistent(blob: bytes, ends: np.ndarray, rows: np.ndarray, costs: np.ndarray, guesses: int) -> bool:
@@ -77,7 +134,7 @@ def _consistent(blob: bytes, ends: np.ndarray, rows: np.ndarray, costs: np.ndarr
 
 
 def save(solver: EntropySolver, path: Path) -> None:
-    """Write every memoised decision to `path` atomically."""
+    """Write every memoised decision to `path` atomically, with the solver it holds for and a checksum."""
     arrays = {}
     for table_name, table in solver.memo_tables().items():
         keys = list(table)
@@ -85,10 +142,12 @@ def save(solver: EntropySolver, path: Path) -> None:
         arrays[f"{table_name}_ends"] = np.cumsum([len(k) for k in keys], dtype=np.int64)
         arrays[f"{table_name}_rows"] = np.array([d.row for d in table.values()], dtype=np.int64)
         arrays[f"{table_name}_costs"] = np.array([d.cost for d in table.values()], dtype=np.float64)
+    key = solver_key(solver)
+    proof = {"solver": np.array(key), "checksum": np.array(_checksum(key, arrays))}
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as handle:
-            np.savez(handle, **arrays)
+            np.savez(handle, **arrays, **proof)
 
     atomic_write(path, write)
 

@@ -29,7 +29,7 @@ from solver.feedback import WIN
 from solver.lookahead import FAIL_PENALTY, LOSS_LINE, distinct_splits, lookahead_costs
 from solver.opener import COMPLETE_OPENERS, OPENER_VERSION, best_opener, opener_shortlist_size, walk_progress
 from solver.safety import finishing_guess
-from solver.state import MAX_GUESSES, GameState
+from solver.state import MAX_GUESSES, GameState, Turn
 
 POOL_SIZE = 400  # follow-up guesses the lookahead tries: the best splitters of the position
 DEPTH = 2  # guesses searched before the estimate (exact anyway once two guesses are left)
@@ -198,6 +198,22 @@ class EntropySolver:
         """The memo, by key: positions played (`played`) and positions only looked at
         while verifying a guess (`looked`); solver/decision_store.py keeps them on disk."""
         return {"played": self._memo, "looked": self._quick}
+
+    def decide_afresh(self, key: bytes) -> Decision | None:
+        """The solver's quick decision (what the `looked` memo table keeps) at the position `key`
+        stands for, searched again (solver/decision_store.py checks stored decisions against it), or
+        None where the key alone cannot say: in hard mode it holds the hints but not the turns that
+        gave them, and where a decision plays on (verification far from the end) it also depends on
+        what the memo already holds. Near the end (a proof is one exact search) and for the plain
+        greedy move it depends on the position alone."""
+        guesses_left = key[-1]
+        greedy = not self.settings.lookahead and guesses_left > max(ENDGAME_TURNS, self.safe_from)
+        if self.settings.hard or not (guesses_left <= PROVE_EXACT_FROM or greedy) or (len(key) - 1) % 8:
+            return None
+        candidates = np.frombuffer(key[:-1], dtype=np.int64).copy()
+        played = (Turn("", 0),) * (MAX_GUESSES - guesses_left)  # outside hard mode only their number counts
+        state = GameState(self.lists, self.matrix, self.secret_kind, played, candidates)
+        return self._decide(state)
 
     # -- internals -----------------------------------------------------------------
     def _root(self) -> GameState:

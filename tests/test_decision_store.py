@@ -82,3 +82,57 @@ def test_a_store_naming_guesses_that_do_not_exist_is_empty(tmp_path, small_lists
         assert decision_store.load(second, tmp_path / name) == 0
         assert all(len(table) == 0 for table in second.memo_tables().values())
     assert decision_store.load(setup.solver(SolverSettings()), path) > 0
+
+
+def _tampered(path, tmp_path, name: str, checksum: bool):
+    """The store at `path` with every row moved to the next position's, its checksum made again or not."""
+    with np.load(path) as stored:
+        arrays = {key: stored[key] for key in stored.files}
+    for table in ("played", "looked"):
+        arrays[f"{table}_rows"] = np.roll(arrays[f"{table}_rows"], 1)
+    if checksum:  # a file written wrong by the code itself, not edited afterwards
+        proof = {k: arrays.pop(k) for k in ("solver", "checksum")}
+        arrays["checksum"] = np.array(decision_store._checksum(str(proof["solver"]), arrays))
+        arrays["solver"] = proof["solver"]
+    np.savez(tmp_path / name, **arrays)
+    return tmp_path / name
+
+
+def test_a_wrong_store_is_searched_again_with_a_note(tmp_path, small_lists_files, capsys):
+    """A well-formed store whose rows are shifted taught other moves without a word (issue 37)."""
+    setup = load_setup("answers", str(small_lists_files[0]), str(small_lists_files[1]))
+    first = setup.solver(SolverSettings())
+    games = _play_all(first, setup)
+    path = tmp_path / "decisions.npz"
+    decision_store.save(first, path)
+    cases = [(_tampered(path, tmp_path, "edited.npz", checksum=False), "do not match their checksum"),
+             (_tampered(path, tmp_path, "wrong.npz", checksum=True), "disagree with the solver"),
+             (path, "were made for another solver")]
+    for stored, problem in cases:
+        solver = setup.solver(SolverSettings(top_k=5) if stored == path else SolverSettings())
+        assert decision_store.load(solver, stored) == 0
+        assert all(len(table) == 0 for table in solver.memo_tables().values())
+        err = capsys.readouterr().err
+        assert err.startswith(f"note: the solver's stored decisions in {stored} {problem}") and err.count("\n") == 1
+    again = setup.solver(SolverSettings())
+    assert decision_store.load(again, path) > 0 and capsys.readouterr().err == ""
+    assert _play_all(again, setup) == games
+
+
+def test_gen_sft_rebuilds_a_wrong_store_and_teaches_the_solvers_moves(tmp_path, small_lists_files):
+    from click.testing import CliRunner
+
+    from cli import cli
+
+    def gen(out: str):
+        result = CliRunner().invoke(cli, ["gen-sft", "--out", str(tmp_path / out), "--games", "20", "--quiet",
+                                          "--answers", str(small_lists_files[0]), "--allowed", str(small_lists_files[1])])
+        assert result.exit_code == 0, result.output
+        return (tmp_path / out / "train.jsonl").read_text(), result.stderr
+
+    first, _ = gen("a")
+    setup = load_setup("answers", str(small_lists_files[0]), str(small_lists_files[1]))
+    path = decision_store.store_path(setup.solver(SolverSettings()))
+    _tampered(path, tmp_path, "wrong.npz", checksum=True).replace(path)
+    again, err = gen("b")
+    assert "disagree with the solver" in err and again == first
