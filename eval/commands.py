@@ -8,8 +8,12 @@ from eval.endgame import DEFAULT_POSITIONS, KIND
 from eval.splits import SPLITS
 from llm.histories import ENDGAME_CANDIDATES
 from llm.options import model_options
-from solver.errors import UserError
-from solver.options import json_option, seed_option, solver_options, word_list_options
+from solver.errors import UserError, note
+from solver.options import given_params, json_option, seed_option, solver_options, word_list_options
+
+# The flags only the solver's play reads, and those only a model's.
+SOLVER_FLAGS = ("hard", "lookahead", "top_k")
+MODEL_FLAGS = ("model", "adapter", "temperature", "top_p", "max_tokens", "batch_size", "dtype")
 
 
 @click.command("eval")
@@ -76,6 +80,7 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
     policy = policy or ("model" if model else "solver")
     if policy == "model" and not model:
         raise UserError("--policy model needs --model PATH|default")
+    _note_ignored(given_params(click.get_current_context()), policy)
     if constrain_guess and policy != "model":
         raise UserError("--constrain-guess applies to a model (--model PATH|default)")
     spec = ModelSpec(model, adapter, SamplingSettings(temperature, top_p, max_tokens), batch_size,
@@ -87,6 +92,15 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
         request = EndgameRequest(split or "heldout", positions, seed, max_candidates, from_games)
         show_endgame(run_endgame(secrets, answers, allowed, request, spec, json_path, not quiet))
         return
-    result = run_eval(policy, secrets, answers, allowed, split, games, seed,
-                      SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k), json_path, not quiet, spec)
+    settings = SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k) if policy == "solver" else SolverSettings()
+    result = run_eval(policy, secrets, answers, allowed, split, games, seed, settings, json_path, not quiet, spec)
     show_result(result)
+
+
+def _note_ignored(given: frozenset[str], policy: str) -> None:
+    """One note naming the given flags that the player does not read (a model plays without the
+    solver's --lookahead, the solver without a model's --temperature)."""
+    unread, player = (SOLVER_FLAGS, "a model") if policy == "model" else (MODEL_FLAGS, "the solver")
+    ignored = [f"--{name.replace('_', '-')}" for name in unread if name in given]
+    if ignored:
+        note(f"{', '.join(ignored)} {'has' if len(ignored) == 1 else 'have'} no effect: {player} plays")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from eval.harness import evaluate
 from eval.moves import Player, SolverPlayer
 from eval.splits import SPLITS, sample_secrets
-from solver.errors import UserError
+from solver.errors import UserError, note
 from solver.fileio import atomic_write_json
 from solver.policy import SolverSettings
 from solver.setup import Setup, load_setup
@@ -43,6 +43,8 @@ def choose_secrets(words: tuple[str, ...], split: str, games: int | None, seed: 
     pool = SPLITS[split](words)
     if not pool:
         raise UserError(f"the {split} split of this list is empty; use --split all")
+    if games is not None and games > len(pool):
+        note(f"--games {games}: the {split} split has {len(pool)} secrets; all of them are played")
     return sample_secrets(pool, games, seed)
 
 

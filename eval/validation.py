@@ -19,7 +19,7 @@ from eval.harness import evaluate
 from eval.splits import held_out_validation, sample_secrets
 from llm.generation import SamplingSettings
 from llm.player import ModelPlayer
-from solver.errors import UserError
+from solver.errors import UserError, note
 from solver.setup import Setup
 
 # The summary figures a training run logs for its held-out games (eval/harness.py names them).
@@ -36,6 +36,8 @@ class HeldOutEval:
         if not pool:
             raise UserError(f"the {setup.secret_kind} list has no held-out validation words to evaluate on")
         self.setup, self.seed, self.sampling, self.batch_size = setup, seed, sampling, batch_size
+        if games > len(pool):
+            note(f"held-out evals play all {len(pool)} validation secrets, fewer than the {games} games asked for")
         self.secrets = sample_secrets(pool, games, seed)
 
     def __call__(self, model, tokenizer) -> dict:

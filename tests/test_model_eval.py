@@ -150,3 +150,30 @@ def test_heldout_split_is_a_stable_tenth(setup):
     words = held_out(setup.lists.answers)
     assert 180 < len(words) < 290
     assert words == held_out(setup.lists.answers)
+
+
+def test_flags_the_player_does_not_read_get_a_note(tiny, tmp_path):
+    out = tmp_path / "model.json"
+    result = CliRunner().invoke(cli, ["eval", "--model", str(tiny), "--games", "2", "--max-tokens", "8", "--quiet",
+                                      "--lookahead", "--hard", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == "note: --hard, --lookahead have no effect: a model plays\n"
+    assert json.loads(out.read_text())["hard"] is False  # the record says what was played
+    result = CliRunner().invoke(cli, ["eval", "--policy", "solver", "--games", "2", "--temperature", "0.5", "--quiet"])
+    assert result.exit_code == 0 and result.stderr == "note: --temperature has no effect: the solver plays\n"
+
+
+def test_games_beyond_the_split_are_capped_with_a_note(tmp_path, setup, capsys):
+    from eval.validation import HeldOutEval
+
+    evals = HeldOutEval(setup, 100_000, 0)  # sft --eval-games, rl's eval_games
+    assert capsys.readouterr().err == (f"note: held-out evals play all {len(evals.secrets)} validation secrets, "
+                                       "fewer than the 100000 games asked for\n")
+    words = tmp_path / "words.txt"
+    words.write_text("crane\nslate\ntrace\n")
+    result = CliRunner().invoke(cli, ["eval", "--answers", str(words), "--allowed", str(words), "--games", "10",
+                                      "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == "note: --games 10: the all split has 3 secrets; all of them are played\n"
+    result = CliRunner().invoke(cli, ["eval", "--games", "5", "--quiet"])  # within the list: no note
+    assert result.exit_code == 0 and result.stderr == ""
