@@ -358,6 +358,12 @@ def test_the_same_command_again_continues_the_run_and_a_changed_flag_is_named(tm
         assert result.exit_code == 2
         assert result.stderr.strip() == (f"error: {run} holds an SFT run that continues as it started: {MAY_CHANGE} "
                                          "(got --seed); choose another --out for a new run")
+    other_data = tmp_path / "other-data"
+    shutil.copytree(data_dir, other_data)
+    with (other_data / "train.jsonl").open("a") as train:
+        train.write((data_dir / "valid.jsonl").read_text().splitlines()[0] + "\n")
+    result = sft(*tiny_args(tiny_model_dir, other_data, run, "--iters", "6"))
+    assert result.exit_code == 2 and "(got --data (its train.jsonl))" in result.stderr, result.output
     # --resume takes what it is not given from the run's record, --data and --model included.
     assert sft("--out", str(run), "--resume", "--quiet").exit_code == 0
 
