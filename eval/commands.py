@@ -9,7 +9,7 @@ from eval.splits import SPLITS
 from llm.histories import ENDGAME_CANDIDATES
 from llm.options import model_options
 from solver.errors import UserError, note
-from solver.options import given_params, json_option, seed_option, solver_options, word_list_options
+from solver.options import flag, given_params, json_option, seed_option, solver_options, word_list_options
 
 # The flags only the solver's play reads, and those only a model's.
 SOLVER_FLAGS = ("hard", "lookahead", "top_k")
@@ -101,6 +101,6 @@ def _note_ignored(given: frozenset[str], policy: str) -> None:
     """One note naming the given flags that the player does not read (a model plays without the
     solver's --lookahead, the solver without a model's --temperature)."""
     unread, player = (SOLVER_FLAGS, "a model") if policy == "model" else (MODEL_FLAGS, "the solver")
-    ignored = [f"--{name.replace('_', '-')}" for name in unread if name in given]
+    ignored = [flag(name) for name in unread if name in given]
     if ignored:
         note(f"{', '.join(ignored)} {'has' if len(ignored) == 1 else 'have'} no effect: {player} plays")

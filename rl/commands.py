@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from sft.run_folder import claim, continues, note_starts_again, refuse_changes
-from solver.options import json_option, writable_file, writable_folder
+from solver.options import flag, json_option, writable_file, writable_folder
 
 HELD_OUT_KEYS = ("heldout_", "best_")  # shown by heldout_table, not summary_table
 # Flags that override one config key each (None = not given, the config decides).
@@ -19,7 +19,7 @@ OVERRIDES = {
     "eval_every": "eval_every", "eval_games": "eval_games", "eval_endgame": "eval_endgame", "best_by": "best_by",
     "start": "rollout.start", "turns": "rollout.turns", "dtype": "dtype",
 }
-FLAGS = {key: f"--{name.replace('_', '-')}" for name, key in OVERRIDES.items()}  # each key's flag, for messages
+FLAGS = {key: flag(name) for name, key in OVERRIDES.items()}  # each key's flag, for messages
 
 
 @click.command("rl")

@@ -34,6 +34,7 @@ from sft.states import MAX_DRILL_DEPTH
 from solver.errors import UserError
 from solver.feedback import WIN  # the last pattern: as many patterns as a drill can teach
 from solver.fileio import atomic_write_json, read_json
+from solver.options import flag
 
 STAGES_FILE = "stages.json"
 # The pipeline's flags behind RL config keys: an RL check names the flag the user gave.
@@ -90,7 +91,7 @@ class PipelineSettings:
                      "ei_games", "ei_samples",
                      "grpo_groups", "eval_games", "max_tokens"):
             if getattr(self, name) <= 0:
-                raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+                raise UserError(f"{flag(name)} must be positive, got {getattr(self, name)}")
         if self.ei_replay < 0:
             raise UserError(f"--ei-replay must be 0 (none) or positive, got {self.ei_replay}")
         if not 0 <= self.ei_drill <= WIN:
@@ -124,7 +125,7 @@ class Stages:
         saved = read_json(self.path, "pipeline record")
         self.settings = _recorded_settings(self.path, saved.get("settings"))
         asked, recorded = asdict(settings), asdict(self.settings)
-        changed = [_flag(name) for name in sorted(asked if given is None else given & asked.keys())
+        changed = [flag(name) for name in sorted(asked if given is None else given & asked.keys())
                    if asked[name] != recorded[name]]
         refuse_changes(out, "a pipeline run", changed, "its settings may not change")
         stages = saved.get("stages", {})
@@ -146,10 +147,6 @@ def _recorded_settings(path: Path, saved) -> PipelineSettings:
     if not isinstance(saved, dict) or set(saved) != {f.name for f in fields(PipelineSettings)}:
         raise UserError(f"{path} does not hold this version's pipeline settings; choose another --out")
     return PipelineSettings(**saved)
-
-
-def _flag(name: str) -> str:
-    return f"--{name.replace('_', '-')}"
 
 
 def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = True,

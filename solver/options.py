@@ -76,6 +76,11 @@ def solver_options(f: Callable) -> Callable:
     return f
 
 
+def flag(name: str) -> str:
+    """The flag a parameter name is typed as: group_size -> --group-size."""
+    return f"--{name.replace('_', '-')}"
+
+
 def given_params(ctx: click.Context) -> frozenset[str]:
     """The parameters the user gave, by name (not those left at their defaults): a command
     that continues a run takes the others from the run's own record."""
