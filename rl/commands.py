@@ -93,7 +93,8 @@ def run_request(out: Path, model: str | None, adapter: str | None, config_path: 
     """The run to do: a new one, or the run in `out` continued, under the one resume rule
     (sft/run_folder.py). Only --steps may change, to run longer."""
     from rl.config import build_config, check_values, load_config_file
-    from rl.loop import RunRequest, resume_request
+    from rl.loop import RUN_FILE, RunRequest, resume_request
+    from solver.fileio import read_json
 
     check_values(overrides, FLAGS)  # a bad flag is named as itself before any file is read
     claim(out, "rl")
@@ -102,6 +103,8 @@ def run_request(out: Path, model: str | None, adapter: str | None, config_path: 
         flags = {key: FLAGS[key] for key in overrides} if config_path else FLAGS  # without a file, every key is a flag's
         return RunRequest(model or "default", adapter, out, build_config(data, overrides, where, flags),
                           show_progress=show_progress)
+    if (out / RUN_FILE).is_file():  # read here first: resume_request's reader shows Python's words for a binary one
+        read_json(out / RUN_FILE, "RL run record")
     request = resume_request(out, overrides.get("steps"), show_progress)
     refuse_changes(out, "an RL run", changed_settings(request, model, adapter, config_path, overrides),
                    "only --steps may change")

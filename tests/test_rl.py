@@ -832,7 +832,8 @@ def test_corrupt_run_files_and_a_resume_past_the_end_are_one_line_errors(tmp_pat
         return edit
 
     cases = [
-        (lambda run: (run / "run.json").write_text("{not json"), [], "cannot read"),
+        (lambda run: (run / "run.json").write_text("{not json"), [], "run.json: not valid JSON"),
+        (lambda run: (run / "run.json").write_bytes(b"\x96" * 8), [], "run.json is not UTF-8 text"),
         (lambda run: (run / "run.json").write_text('{"model": 7}'), [], "run.json is corrupt"),
         (state_with(rng={"bit_generator": "PCG64", "state": {"state": "x", "inc": 1}}), [],
          "its rng state does not load"),
