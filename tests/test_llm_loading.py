@@ -143,6 +143,14 @@ def test_folder_without_config(tmp_path: Path) -> None:
         load_model(str(tmp_path))
 
 
+@pytest.mark.parametrize("content, message", [(b"[1]", "expected an object, got a list"),
+                                              (b"\x96" * 8, "is not UTF-8 text")])
+def test_a_bad_config_json_is_named_not_pythons_complaint(tmp_path: Path, content: bytes, message: str) -> None:
+    (tmp_path / "config.json").write_bytes(content)  # mlx-lm said "argument after ** must be a mapping"
+    with pytest.raises(UserError, match=f"model config {tmp_path}/config.json.*{message}"):
+        load_model(str(tmp_path))
+
+
 def test_corrupt_weights(tmp_path: Path, tiny_model_dir: Path) -> None:
     for f in tiny_model_dir.iterdir():
         (tmp_path / f.name).write_bytes(f.read_bytes())
@@ -179,7 +187,7 @@ def test_adapter_errors(tmp_path: Path, tiny_model_dir: Path) -> None:
         load_model(model_dir, adapter=corrupt)
 
     (corrupt / "adapter_config.json").write_text("{not json")
-    with pytest.raises(UserError, match=f"cannot apply the adapter in {corrupt}"):
+    with pytest.raises(UserError, match=f"adapter config {corrupt}/adapter_config.json: not valid JSON"):
         load_model(model_dir, adapter=corrupt)
 
 
