@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from llm.options import dtype_option
-from rl.pipeline import PipelineSettings
+from rl.pipeline import RECIPES, PipelineSettings, recipe_for
 from rl.rollout import STARTS
 from solver.options import given_params, json_option, seed_option, writable_folder
 from solver.policy import EXPERTS
@@ -39,11 +39,15 @@ DEFAULT = PipelineSettings()
               help="Groups asked per RL game: 0 plays to the end, 1 is single-turn.")
 @click.option("--eval-games", type=int, default=DEFAULT.eval_games, show_default=True, help="Held-out games per model.")
 @dtype_option
+@click.option("--recipe", type=click.Choice(RECIPES), default="auto", show_default=True,
+              help="Sizes of every stage: cpu (a 35-minute demo on 2 cores) or gpu (the GPU SFT recipe and endgame "
+                   "RL, rl/pipeline.py GPU_RECIPE); auto picks by device. Flags you give override it.")
 @click.option("--resume", is_flag=True, help="Continue the pipeline in --out (running the same command again does "
                                              "too); flags left out are the run's own.")
 @json_option
 def pipeline_command(out, model, seed, sft_games, expert, sft_iters, rl_steps, rl_schedule, ei_replay, ei_drill,
-                     ei_drill_depth, group_size, rl_start, rl_turns, eval_games, dtype, resume, json_path) -> None:
+                     ei_drill_depth, group_size, rl_start, rl_turns, eval_games, dtype, recipe, resume,
+                     json_path) -> None:
     """Teach the model Wordle end to end and compare base, SFT and RL on held-out secrets.
 
     Run the same command again to continue the pipeline in --out: finished stages are
@@ -55,11 +59,12 @@ def pipeline_command(out, model, seed, sft_games, expert, sft_iters, rl_steps, r
     from rl.pipeline import comparison_table, run_pipeline
     from solver.fileio import atomic_write_json
 
-    settings = PipelineSettings(model=model, seed=seed, sft_games=sft_games, expert=expert, sft_iters=sft_iters,
-                                rl_steps=rl_steps, rl_schedule=rl_schedule, ei_replay=ei_replay, ei_drill=ei_drill,
-                                ei_drill_depth=ei_drill_depth, group_size=group_size, rl_start=rl_start,
-                                rl_turns=rl_turns, eval_games=eval_games, dtype=dtype)
-    summary = run_pipeline(Path(out), settings, given=given_params(click.get_current_context()), resume=resume)
+    flags = dict(model=model, seed=seed, sft_games=sft_games, expert=expert, sft_iters=sft_iters, rl_steps=rl_steps,
+                 rl_schedule=rl_schedule, ei_replay=ei_replay, ei_drill=ei_drill, ei_drill_depth=ei_drill_depth,
+                 group_size=group_size, rl_start=rl_start, rl_turns=rl_turns, eval_games=eval_games, dtype=dtype)
+    given = given_params(click.get_current_context())
+    settings = PipelineSettings(**{**flags, **recipe_for(recipe), **{k: v for k, v in flags.items() if k in given}})
+    summary = run_pipeline(Path(out), settings, given=given, resume=resume)
     console = Console()
     console.print(comparison_table(summary))
     console.print(summary["rl_vs_sft"]["summary"], markup=False, highlight=False)
