@@ -12,7 +12,12 @@ of unplayable answers. Run from the repository root:
 
 from __future__ import annotations
 
-import time
+from llm.blas import ensure_fast_blas
+
+if __name__ == "__main__":
+    ensure_fast_blas()  # before mlx loads: a reference BLAS makes this 50x slower
+
+import time  # noqa: E402
 
 import click
 import mlx.core as mx
