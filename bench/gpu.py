@@ -17,7 +17,7 @@ between parts):
    the raw record, 1 for a chat record), so they hold more padding: that is its trainer as
    users run it.
 3. Decode step ms at `--rows` rows after `--context` cached tokens
-   (`rl.bench_decode.decode_step_seconds`).
+   (`bench.decode.decode_step_seconds`).
 4. One GRPO step (`rl.loop.run_grpo_step`) with G = `--group-size` and `--groups`
    single-turn endgame groups (`rollout.start endgame`, `rollout.turns 1`), every group
    trained; step, rollout and update seconds, after one warm-up step. Without `--adapter`
@@ -205,7 +205,7 @@ def mlx_lm_part(model: str, data: Path, out: Path, steps: int, batch: int, rank:
 
 
 def decode_part(model: str, adapter: str | None, rows: tuple[int, ...], context: int, steps: int, dtype: str) -> dict:
-    from rl.bench_decode import decode_step_seconds
+    from bench.decode import decode_step_seconds
 
     net, _ = load_model(model, adapter, dtype)
     timed = {}

@@ -89,9 +89,9 @@ def test_unknown_command_is_one_line():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["rl.bench_update", "--model", "/nonexistent", "--steps", "1"], "error: model folder not found: /nonexistent"),
-    (["rl.bench_decode", "--batch", "0"], "error: Invalid value for '--batch': 0 is not in the range x>=1."),
-    (["rl.bench_rl_step", "--bogus"], "error: No such option"),
+    (["bench.update", "--model", "/nonexistent", "--steps", "1"], "error: model folder not found: /nonexistent"),
+    (["bench.decode", "--batch", "0"], "error: Invalid value for '--batch': 0 is not in the range x>=1."),
+    (["bench.rl_step", "--bogus"], "error: No such option"),
 ])
 def test_benchmark_scripts_refuse_bad_input_in_one_line(args, message):
     """The benchmarks run as `python -m` scripts keep the CLI's contract: one line, exit 2."""

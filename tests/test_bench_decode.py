@@ -6,7 +6,7 @@ from mlx.utils import tree_flatten
 from llm_fixtures import run_benchmark, tiny_model_dir  # noqa: F401
 
 from llm.loading import load_model
-from rl.bench_decode import main, weight_products
+from bench.decode import main, weight_products
 
 
 def test_decode_ceiling_benchmark_writes_one_row_per_batch(tiny_model_dir, tmp_path):  # noqa: F811

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llm_fixtures import run_benchmark, tiny_model_dir  # noqa: F401
 
-from rl.bench_mlx_lm_lora import main
+from bench.mlx_lm_lora import main
 
 
 def test_our_side_reports_each_step_split_into_sampling_and_update(tiny_model_dir, tmp_path):  # noqa: F811

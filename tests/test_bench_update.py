@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llm_fixtures import run_benchmark, tiny_model_dir  # noqa: F401
 
-from rl.bench_update import main
+from bench.update import main
 
 
 def test_update_ceiling_benchmark_reports_both_ceilings(tiny_model_dir, tmp_path):  # noqa: F811

@@ -892,7 +892,7 @@ def test_curves_and_sparklines_on_hand_made_metrics():
 
 
 def test_advantage_study_sorts_groups_and_shares_the_weight():
-    from rl.advantage_study import group_kind, weight_shares
+    from studies.advantage import group_kind, weight_shares
 
     win, playable, quality, near = (np.array([0.6, 3.5]), np.array([0.0, 0.9]), np.array([0.6, 1.4]),
                                     np.array([1.00, 1.04]))

@@ -11,8 +11,8 @@ With `--steps 1` the figures are the warm-up step's: enough for peak memory, whi
 a warm-up does not change, at a fraction of the time (a G=16 step takes ~15 minutes
 on a 2-core CPU).
 
-    python -m rl.bench_rl_step --adapter SFT/adapter --steps 4 --json step.json
-    python -m rl.bench_rl_step -G 16 --steps 1 --json g16.json      # peak memory at G=16
+    python -m bench.rl_step --adapter SFT/adapter --steps 4 --json step.json
+    python -m bench.rl_step -G 16 --steps 1 --json g16.json      # peak memory at G=16
 """
 
 from __future__ import annotations

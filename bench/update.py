@@ -8,7 +8,7 @@ code around them does. This times both over one group: a prompt of `--prompt-tok
 reports the ceiling with and without the reference pass. The defaults are the pipeline's
 RL groups: 4 answers of about 110 tokens to a 250-token prompt.
 
-    python -m rl.bench_update --json update.json
+    python -m bench.update --json update.json
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from llm.loading import load_model
-from rl.bench_decode import cpu_name
+from bench.decode import cpu_name
 from sft.lora import AdapterSettings, attach_adapter
 from solver.errors import run_script
 from solver.fileio import atomic_write_json

@@ -8,8 +8,8 @@ adapter. Here every step updates, even on a tied group, so both sides do the sam
 work. Each side runs in its own process (`--side`), so peak memory is its own.
 
     pip install --no-deps mlx-lm-lora      # not a dependency of this project
-    python -m rl.bench_mlx_lm_lora --side ours --model default --adapter SFT/adapter -G 4 --json ours.json
-    python -m rl.bench_mlx_lm_lora --side mlx-lm-lora --model default --adapter SFT/adapter -G 4 --json theirs.json
+    python -m bench.mlx_lm_lora --side ours --model default --adapter SFT/adapter -G 4 --json ours.json
+    python -m bench.mlx_lm_lora --side mlx-lm-lora --model default --adapter SFT/adapter -G 4 --json theirs.json
 """
 
 from __future__ import annotations

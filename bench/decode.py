@@ -11,7 +11,7 @@ one token per row). `tokens_per_s_ceiling` is batch / decode step: a rollout wit
 many sequences running cannot go faster. `weights_tokens_per_s_ceiling` is what even
 free attention, norms and sampling would leave: the rest of the step is mlx's own ops.
 
-    python -m rl.bench_decode --batch 1 --batch 8 --batch 16 --batch 32 --json decode.json
+    python -m bench.decode --batch 1 --batch 8 --batch 16 --batch 32 --json decode.json
 """
 
 from __future__ import annotations

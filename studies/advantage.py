@@ -1,6 +1,6 @@
 """Where each advantage scale puts a GRPO step's weight, measured on the groups real runs logged.
 
-    python -m rl.advantage_study RUN [RUN ...] [--json FILE]
+    python -m studies.advantage RUN [RUN ...] [--json FILE]
 
 Every GRPO step of an RL run logs the rewards of all its groups (`group_rewards` in
 RUN/metrics.jsonl). For each tie threshold and advantage scale this replays what the
