@@ -1,6 +1,6 @@
 """Play the solver against every allowed secret after a given opener and list the lost games.
 
-    python results/solver-never-loses/walk.py tares greedy|lookahead
+    python -m studies.solver_losses tares greedy|lookahead
 
 The walk is the opener choice's own (`solver.opener.play_tree`): the solver's decision
 tree, split by feedback at each node, so 12,972 games cost about one pass of the eval.

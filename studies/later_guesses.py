@@ -1,8 +1,12 @@
 """Played guesses that fit the clues, by their place in the game (1st, 2nd, 3rd and later),
-read from eval JSONs' per-game records: where the consistency rate of every model here comes from.
+read from eval JSONs' per-game records: where the consistency rate of every model in
+results/later-guesses/ comes from.
 
-    python results/later-guesses/count.py [--json OUT] NAME=EVAL.json ...
+    python -m studies.later_guesses [--json OUT] NAME=EVAL.json ...
 """
+
+from __future__ import annotations
+
 import json
 import sys
 from pathlib import Path
