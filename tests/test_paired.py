@@ -11,7 +11,10 @@ from click.testing import CliRunner
 from cli import cli
 from eval.paired import improvement_verdict, paired_rates, paired_wins, sign_test_p
 
-REPO = Path(__file__).resolve().parents[1]
+# results/pipeline-candidates/eval-{sft,rl}.json cut to what these tests read: the summary figures
+# and, per game, the secret, the win and each move's guess, failure and consistency.
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+REAL_EVALS = [str(FIXTURES / f"pipeline-candidates-eval-{side}.json") for side in ("sft", "rl")]
 
 
 def result(wins: dict[str, bool]) -> dict:
@@ -57,8 +60,7 @@ def test_compare_shows_and_writes_the_paired_figures(tmp_path):
 
 def test_compare_shows_the_rate_changes_of_two_real_evals(tmp_path):
     out = tmp_path / "paired.json"
-    paths = [str(REPO / "results/pipeline-candidates" / name) for name in ("eval-sft.json", "eval-rl.json")]
-    shown = CliRunner().invoke(cli, ["eval", "--compare", *paths, "--json", str(out)])
+    shown = CliRunner().invoke(cli, ["eval", "--compare", *REAL_EVALS, "--json", str(out)])
     assert shown.exit_code == 0, shown.output
     assert "-21.4 [" in shown.output  # format-valid 58.74% -> 37.36%
     rates = {r["figure"]: r for r in json.loads(out.read_text())["paired_rates"]}
@@ -74,7 +76,7 @@ def game(secret: str, failures: list[str | None], consistent: list[bool | None])
 def test_rate_counts_rebuild_the_figures_of_a_real_eval():
     """Summed per game from the recorded moves, the counts give back every rate the eval file states."""
     from eval.harness import RATE_FIGURES, MoveRecord, rate_counts
-    data = json.loads((REPO / "results/pipeline-candidates/eval-sft.json").read_text())
+    data = json.loads(Path(REAL_EVALS[0]).read_text())
     counts = [rate_counts([MoveRecord(**m) for m in g["moves"]]) for g in data["per_game"]]
     for key in RATE_FIGURES:
         count, total = sum(c[key][0] for c in counts), sum(c[key][1] for c in counts)
@@ -135,8 +137,7 @@ def test_verdict_is_not_judged_without_answers():
 
 def test_compare_prints_and_writes_the_verdict(tmp_path):
     out = tmp_path / "paired.json"
-    paths = [str(REPO / "results/pipeline-candidates" / name) for name in ("eval-sft.json", "eval-rl.json")]
-    shown = CliRunner().invoke(cli, ["eval", "--compare", *paths, "--json", str(out)])
+    shown = CliRunner().invoke(cli, ["eval", "--compare", *REAL_EVALS, "--json", str(out)])
     assert shown.exit_code == 0 and "did not improve" in " ".join(shown.output.split())
     verdict = json.loads(out.read_text())["verdict"]
     assert verdict["judged"] and not verdict["improved"] and verdict["wrong_way"] == ["format-valid"]
