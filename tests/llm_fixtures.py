@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from llm.tiny import cached_tiny_model
+from tiny_model import cached_tiny_model
 
 
 @pytest.fixture(scope="session")

@@ -98,7 +98,7 @@ def test_parser_never_crashes_and_only_accepts_strict_answers(text):
 def test_prompt_goes_through_chat_template(tmp_path_factory, setup):
     from mlx_lm import load
 
-    from llm.tiny import cached_tiny_model
+    from tiny_model import cached_tiny_model
 
     _, tokenizer = load(str(cached_tiny_model(tmp_path_factory.mktemp("tiny"))))
     ids = fmt.prompt_tokens(tokenizer, _state(setup, "abide", ["speed"]))

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny_model import cached_tiny_model
 
-from llm.tiny import cached_tiny_model
 from rl.pipeline import MODELS, STAGES_FILE
 from solver.fileio import LEFTOVER
 from solver.run_lock import run_lock

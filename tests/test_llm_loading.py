@@ -17,10 +17,10 @@ from llm_fixtures import tiny_model_dir  # noqa: F401  (fixture)
 from mlx.utils import tree_flatten
 from mlx_lm import stream_generate
 from mlx_lm.tuner.utils import linear_to_lora_layers
+from tiny_model import build_tiny_model
 
 from llm import gguf_convert
 from llm.loading import load_model
-from llm.tiny import build_tiny_model
 from solver.errors import UserError
 
 

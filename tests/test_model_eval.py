@@ -4,6 +4,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from tiny_model import cached_tiny_model
 
 from cli import cli
 from eval.harness import MAX_INVALID_IN_A_ROW, evaluate
@@ -13,7 +14,6 @@ from llm.format import NO_TAGS, NOT_ALLOWED, NOT_FIVE_LETTERS, Rejection, format
 from llm.generation import SamplingSettings
 from llm.loading import load_model
 from llm.player import ModelPlayer
-from llm.tiny import cached_tiny_model
 from solver.setup import load_setup
 
 

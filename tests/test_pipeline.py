@@ -5,9 +5,9 @@ from dataclasses import asdict
 
 import pytest
 from click.testing import CliRunner
+from tiny_model import cached_tiny_model
 
 from cli import cli
-from llm.tiny import cached_tiny_model
 from rl.pipeline import MODELS, STAGES_FILE, PipelineSettings, run_pipeline
 
 
