@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from eval.moves import Move, Player
+from eval.moves import Player
 from llm.format import ALREADY_GUESSED as REPEAT
-from llm.format import FORMAT_FAILURES, Rejection
+from llm.format import FORMAT_FAILURES, Move, Rejection
 from llm.format import NOT_ALLOWED as INVALID_WORD
 from solver.entropy import guess_score, score_guesses
 from solver.feedback import pattern_to_string

@@ -1,25 +1,17 @@
-"""What a player answers at a position, and the interface every player implements.
+"""The interface every player implements: a batch of positions in, one `Move` each out.
 
-The solver always answers with a word. A language model answers with text that may
-not parse; `Move.failure` names why (the kinds are those of `llm.format`), and the
-harness counts those answers as invalid instead of playing them.
+A `Move` (llm/format.py, beside the answer kinds its `failure` names) is a word from the
+solver, or a language model's text that may not parse; the harness counts the answers
+that do not as invalid instead of playing them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
-from llm.format import Rejection
+from llm.format import Move, Rejection
 from solver.policy import Policy
 from solver.state import GameState
-
-
-@dataclass(frozen=True)
-class Move:
-    guess: str | None
-    text: str | None = None
-    failure: str | None = None
 
 
 class Player(Protocol):

@@ -53,6 +53,17 @@ class Rejection:
     failure: str
 
 
+@dataclass(frozen=True)
+class Move:
+    """What a player answers at a position. The solver always answers with a word; a language
+    model answers with text that may not parse, and `failure` names why (one of the kinds
+    above), so the eval harness counts that answer as invalid instead of playing it."""
+
+    guess: str | None
+    text: str | None = None
+    failure: str | None = None
+
+
 REJECTION_REASONS = {
     NO_TAGS: "no <guess> tag", MALFORMED: "not in the answer format", SEVERAL_GUESSES: "several guesses",
     NOT_FIVE_LETTERS: "not 5 letters", NOT_ALLOWED: "not in the word list", ALREADY_GUESSED: "already guessed",

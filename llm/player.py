@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from eval.moves import Move
-from llm.format import Rejection, parse_answer, prompt_tokens
+from llm.format import Move, Rejection, parse_answer, prompt_tokens
 from llm.generation import SamplingSettings, sample
 from llm.guess_constraint import GuessVocabulary
 from solver.state import GameState

@@ -8,9 +8,9 @@ from tiny_model import cached_tiny_model
 
 from cli import cli
 from eval.harness import MAX_INVALID_IN_A_ROW, evaluate
-from eval.moves import Move
 from eval.splits import held_out, is_held_out
-from llm.format import NO_TAGS, NOT_ALLOWED, NOT_FIVE_LETTERS, Rejection, format_answer, parse_answer, render_state
+from llm.format import (NO_TAGS, NOT_ALLOWED, NOT_FIVE_LETTERS, Move, Rejection, format_answer, parse_answer,
+                        render_state)
 from llm.generation import SamplingSettings
 from llm.loading import load_model
 from llm.player import ModelPlayer
