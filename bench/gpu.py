@@ -61,10 +61,10 @@ from typing import Callable
 import click
 import mlx.core as mx
 
+from llm.adapter_files import read_adapter_config
 from llm.generation import SamplingSettings
 from llm.loading import load_model, resolve_dtype, resolve_model
 from llm.options import dtype_option
-from sft.lora import read_adapter_config
 from sft.run import SFTConfig
 from solver.errors import run_script
 from solver.fileio import atomic_write_json

@@ -21,6 +21,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
+from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_LEAVES, ADAPTER_WEIGHTS
 from solver.errors import UserError
 from solver.fileio import read_json
 
@@ -29,7 +30,6 @@ from solver.fileio import read_json
 _LOAD_ERRORS = (OSError, ValueError, RuntimeError, KeyError, TypeError, AttributeError)
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
 DTYPE_CHOICES = ("auto", *DTYPES)
-ADAPTER_PARAMETERS = ("lora_a", "lora_b", "m")  # LoRA's A and B, DoRA's magnitude: kept float32
 
 
 def resolve_dtype(name: str = "auto", device: mx.Device | None = None) -> mx.Dtype:
@@ -114,18 +114,19 @@ def _hub_snapshot(repo_id: str) -> Path:
 def apply_adapter(model: nn.Module, adapter: Path) -> None:
     """Attach an adapter folder as mlx-lm's trainer writes it.
 
-    That is adapter_config.json + adapters.safetensors, for LoRA, DoRA or full fine-tunes.
+    That is adapter_config.json + adapters.safetensors (llm/adapter_files.py), for LoRA, DoRA or
+    full fine-tunes.
     """
     from mlx_lm.tuner.utils import load_adapters
 
     if not adapter.is_dir():
         raise UserError(f"adapter folder not found: {adapter}")
-    for name in ("adapter_config.json", "adapters.safetensors"):
+    for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
         if not (adapter / name).is_file():
             raise UserError(f"{adapter} is not an adapter folder: it has no {name}")
-    read_json(adapter / "adapter_config.json", "adapter config")  # mlx-lm's own errors are Python's words
+    read_json(adapter / ADAPTER_CONFIG, "adapter config")  # mlx-lm's own errors are Python's words
     try:
-        refuse_nonfinite(mx.load(str(adapter / "adapters.safetensors")), adapter / "adapters.safetensors")
+        refuse_nonfinite(mx.load(str(adapter / ADAPTER_WEIGHTS)), adapter / ADAPTER_WEIGHTS)
         load_adapters(model, str(adapter))
     except _LOAD_ERRORS as err:
         raise UserError(f"cannot apply the adapter in {adapter}: {_one_line(err)}") from err
@@ -147,7 +148,7 @@ def cast_floats(model: nn.Module, dtype: mx.Dtype) -> None:
     def cast(name: str, p: mx.array) -> mx.array:
         if not mx.issubdtype(p.dtype, mx.floating):
             return p
-        return p.astype(mx.float32 if name.rsplit(".", 1)[-1] in ADAPTER_PARAMETERS else dtype)
+        return p.astype(mx.float32 if name.rsplit(".", 1)[-1] in ADAPTER_LEAVES else dtype)
 
     model.update(tree_unflatten([(name, cast(name, p)) for name, p in tree_flatten(model.parameters())]))
     mx.eval(model.parameters())

@@ -118,10 +118,10 @@ def changed_settings(request, model: str | None, adapter: str | None, config_pat
     """The flags whose values differ from the saved run's (--steps may differ)."""
     import dataclasses
 
+    from llm.adapter_files import ADAPTER_WEIGHTS
     from llm.loading import portable_spec
     from rl.config import build_config, load_config_file
     from rl.loop import CONFIG_FILE
-    from sft.lora import ADAPTER_WEIGHTS
 
     changed = []
     if model is not None and portable_spec(model) != request.model:

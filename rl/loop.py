@@ -37,6 +37,7 @@ from eval.validation import HeldOutEval
 from llm import distributed
 from llm.generation import SamplingSettings
 from llm.loading import portable_spec
+from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from rl.config import RLConfig, build_config, load_config_file
 from rl.expert_iteration import ExpertIteration
 from rl.grpo import GrpoLearner, collect_groups
@@ -47,7 +48,6 @@ from rl.policy import load_policy
 from rl.reward import RewardScorer
 from rl.rollout import play
 from sft.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
-from sft.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from sft.run import MetricsLog
 from sft.states import frequent_positions, sample_endgame_states, sample_start_states
 from solver.errors import UserError

@@ -14,7 +14,6 @@ is the start adapter and the RL adapter side by side.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,10 +21,10 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.tuner.lora import LoRALinear
 
+from llm.adapter_files import read_adapter_config, save_adapter
 from sft.fuse import fuse_layers
-from sft.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, AdapterSettings, attach_adapter, read_adapter_config
+from sft.lora import AdapterSettings, attach_adapter
 from solver.errors import UserError
-from solver.fileio import atomic_replace_dir
 
 LoraPair = tuple[mx.array, mx.array, float]  # lora_a (in, r), lora_b (r, out), scale
 
@@ -40,13 +39,7 @@ class Policy:
     def export(self, folder: str | Path) -> Path:
         """Write start + RL adapter as one mlx-lm LoRA adapter over the base model (atomically)."""
         weights, config = merged_adapter(self.model, self.start, self.adapter_config)
-
-        def build(tmp: Path) -> None:
-            mx.save_safetensors(str(tmp / ADAPTER_WEIGHTS), weights)
-            (tmp / ADAPTER_CONFIG).write_text(json.dumps(config, indent=4) + "\n")
-
-        atomic_replace_dir(folder, build)
-        return Path(folder)
+        return save_adapter(folder, weights, config)
 
 
 def load_policy(model_spec: str, start_adapter: str | Path | None, lora: AdapterSettings,

@@ -39,8 +39,9 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 from mlx.utils import tree_flatten
 
+from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS, write_adapter
 from llm.loading import refuse_nonfinite
-from sft.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, trainable_weights, write_adapter
+from sft.lora import trainable_weights
 from solver.errors import UserError
 from solver.fileio import atomic_replace_dir, atomic_write_text, parse_json, read_text
 
@@ -70,7 +71,7 @@ def save_checkpoint(run_dir: str | Path, model: nn.Module, optimizer: optim.Opti
     name = checkpoint_name(step)
 
     def build(folder: Path) -> None:
-        write_adapter(folder, model, adapter_config)
+        write_adapter(folder, trainable_weights(model), adapter_config)
         mx.save_safetensors(str(folder / OPTIMIZER_FILE), dict(tree_flatten(optimizer.state)))
         mx.save_safetensors(str(folder / RNG_FILE), {"key": mx.random.state[0]})
         (folder / STATE_FILE).write_text(json.dumps({"step": step, "extra": extra or {}}, indent=2) + "\n")

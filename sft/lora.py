@@ -1,17 +1,14 @@
-"""Which weights train, and the adapter folder that holds them, exactly as mlx-lm writes it.
+"""Which weights train: the adapter a run attaches, continues and saves.
 
 A LoRA run wraps every linear projection of every layer (q, k, v, o, gate, up,
 down) with mlx-lm's `LoRALinear`; a full run (`--full`) unfreezes the transformer
 layers, as `mlx_lm.lora --fine-tune-type full` does. Either way the trained weights
-are the model's trainable parameters, and the folder (`adapter_config.json` with
-fine_tune_type, num_layers and lora_parameters, plus `adapters.safetensors`) loads
-with `mlx_lm.load(..., adapter_path=...)`, `mlx_lm.generate --adapter-path` and
-`llm.loading.load_model(spec, adapter=...)`.
+are the model's trainable parameters, saved as an mlx-lm adapter folder
+(llm/adapter_files.py, beside the loader that reads it).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,12 +17,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 from mlx_lm.tuner.utils import linear_to_lora_layers
 
-from solver.errors import UserError
-from solver.fileio import atomic_replace_dir, read_json
-
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapters.safetensors"
-ADAPTER_LEAVES = ("lora_a", "lora_b", "m")  # what mlx-lm's load_adapters accepts from a LoRA/DoRA file
+from llm.adapter_files import ADAPTER_LEAVES, read_adapter_config
 
 
 @dataclass(frozen=True)
@@ -70,25 +62,6 @@ def continue_adapter(model: nn.Module, adapter: str | Path) -> dict:
     return config
 
 
-def read_adapter_config(adapter: str | Path) -> dict:
-    path = Path(adapter) / ADAPTER_CONFIG
-    config = read_json(path, "adapter config")
-    if not isinstance(config.get("num_layers"), int):
-        raise UserError(f"{path} is not an mlx-lm adapter config (no num_layers)")
-    return config
-
-
 def trainable_weights(model: nn.Module) -> dict[str, mx.array]:
+    """The model's trainable parameters by name: what its adapter file holds."""
     return dict(tree_flatten(model.trainable_parameters()))
-
-
-def write_adapter(folder: Path, model: nn.Module, config: dict) -> None:
-    """Write the adapter files into `folder` (callers make the folder appear atomically)."""
-    mx.save_safetensors(str(folder / ADAPTER_WEIGHTS), trainable_weights(model))
-    (folder / ADAPTER_CONFIG).write_text(json.dumps(config, indent=4) + "\n")
-
-
-def save_adapter(folder: str | Path, model: nn.Module, config: dict) -> Path:
-    """Replace `folder` with the model's adapter in one step."""
-    atomic_replace_dir(folder, lambda build: write_adapter(build, model, config))
-    return Path(folder)

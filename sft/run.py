@@ -27,9 +27,10 @@ from pathlib import Path
 import mlx.core as mx
 
 from llm import distributed
+from llm.adapter_files import save_adapter
 from sft.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from sft.data import SFTData, check_lengths, load_data_dir, prompt_of
-from sft.lora import AdapterSettings, attach_adapter, continue_adapter, save_adapter
+from sft.lora import AdapterSettings, attach_adapter, continue_adapter, trainable_weights
 from sft.run_folder import claim, continues, note_starts_again, refuse_changes
 from sft.trainer import BatchOrder, OptimizerSettings, SFTTrainer, collate
 from solver.errors import UserError
@@ -242,7 +243,7 @@ def _run_sft(config: SFTConfig, resume: bool, fuse: bool, show_progress: bool, s
     if not main:
         return None
 
-    adapter_dir = save_adapter(out / "adapter", model, adapter_config)
+    adapter_dir = save_adapter(out / "adapter", trainable_weights(model), adapter_config)
     fused = None
     if fuse:
         from sft.fuse import write_fused

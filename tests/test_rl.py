@@ -27,6 +27,7 @@ from mlx.utils import tree_flatten, tree_map
 
 from cli import cli
 from eval.splits import is_held_out
+from llm.adapter_files import save_adapter
 from llm.format import format_answer, parse_answer, prompt_tokens, render_state
 from llm.generation import Completion
 from llm.loading import load_model
@@ -44,7 +45,7 @@ from rl.rollout import Group, Rollout, RolloutSettings, play
 from rl.schedule import parse_schedule
 from sft.checkpoint import latest_checkpoint, load_checkpoint
 from sft.cot import check_thought, expert_answer, truthful_answer
-from sft.lora import AdapterSettings, attach_adapter, save_adapter, trainable_weights
+from sft.lora import AdapterSettings, attach_adapter, trainable_weights
 from sft.states import StartState, frequent_positions, sample_start_states
 from solver.errors import UserError
 from solver.feedback import feedback
@@ -685,7 +686,7 @@ def start_adapter(tmp_path_factory, tiny_model_dir):  # noqa: F811
     mx.random.seed(11)
     config = attach_adapter(model, AdapterSettings(rank=3, scale=10.0))
     model.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.02, model.trainable_parameters()))
-    return save_adapter(tmp_path_factory.mktemp("sft") / "adapter", model, config)
+    return save_adapter(tmp_path_factory.mktemp("sft") / "adapter", trainable_weights(model), config)
 
 
 @pytest.fixture(scope="module")

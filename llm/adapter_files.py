@@ -1,0 +1,42 @@
+"""The adapter folder, exactly as mlx-lm writes and reads it.
+
+Two files: `adapter_config.json` (fine_tune_type, num_layers and lora_parameters) and
+`adapters.safetensors` (the trained weights by parameter name). SFT and RL write it
+here; it loads with `llm.loading.load_model(spec, adapter=...)`, `mlx_lm.load(...,
+adapter_path=...)` and `mlx_lm.generate --adapter-path`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlx.core as mx
+
+from solver.errors import UserError
+from solver.fileio import atomic_replace_dir, read_json
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapters.safetensors"
+# LoRA's A and B, DoRA's magnitude: the leaves mlx-lm's load_adapters accepts from a LoRA/DoRA file.
+ADAPTER_LEAVES = ("lora_a", "lora_b", "m")
+
+
+def read_adapter_config(adapter: str | Path) -> dict:
+    path = Path(adapter) / ADAPTER_CONFIG
+    config = read_json(path, "adapter config")
+    if not isinstance(config.get("num_layers"), int):
+        raise UserError(f"{path} is not an mlx-lm adapter config (no num_layers)")
+    return config
+
+
+def write_adapter(folder: Path, weights: dict[str, mx.array], config: dict) -> None:
+    """Write the adapter files into `folder` (callers make the folder appear atomically)."""
+    mx.save_safetensors(str(folder / ADAPTER_WEIGHTS), weights)
+    (folder / ADAPTER_CONFIG).write_text(json.dumps(config, indent=4) + "\n")
+
+
+def save_adapter(folder: str | Path, weights: dict[str, mx.array], config: dict) -> Path:
+    """Replace `folder` with the adapter in one step."""
+    atomic_replace_dir(folder, lambda build: write_adapter(build, weights, config))
+    return Path(folder)
