@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from eval.validation import rank
-from rl.policy import Policy
+from rl.policy import RLPolicy
 from solver.errors import UserError
 from solver.fileio import atomic_write_json
 
@@ -64,12 +64,12 @@ class BestSoFar:
         self.best = figures
         return True
 
-    def export(self, policy: Policy) -> None:
+    def export(self, policy: RLPolicy) -> None:
         """RUN/best from the policy as it is now (the best's weights), then RUN/best.json naming it."""
         policy.export(self.adapter)
         atomic_write_json(self.out / BEST_FILE, {**self.best, "adapter": str(self.adapter)})
 
-    def resume(self, policy: Policy, checkpoint_step: int) -> None:
+    def resume(self, policy: RLPolicy, checkpoint_step: int) -> None:
         """Finish an export that a kill cut short: the checkpoint knows a best that RUN/best.json does not."""
         if self.best is None or self._saved_step() == self.best["step"]:
             return

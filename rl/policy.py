@@ -30,7 +30,10 @@ LoraPair = tuple[mx.array, mx.array, float]  # lora_a (in, r), lora_b (r, out), 
 
 
 @dataclass
-class Policy:
+class RLPolicy:
+    """The model RL trains: the start adapter fused into the base weights and a fresh LoRA adapter on
+    top (switched off, the KL reference). Not a `solver.policy.Policy`, the state -> guess interface."""
+
     model: nn.Module
     tokenizer: object
     adapter_config: dict  # of the RL adapter alone (what checkpoints hold)
@@ -43,7 +46,7 @@ class Policy:
 
 
 def load_policy(model_spec: str, start_adapter: str | Path | None, lora: AdapterSettings,
-                dtype: str = "auto") -> Policy:
+                dtype: str = "auto") -> RLPolicy:
     """The model with `start_adapter` fused in and a fresh float32 RL LoRA adapter on weights of
     `dtype` (llm/loading.py; seed mx.random first)."""
     from llm.loading import load_model
@@ -60,7 +63,7 @@ def load_policy(model_spec: str, start_adapter: str | Path | None, lora: Adapter
         fuse_layers(model)
     config = attach_adapter(model, lora)
     config["model"] = model_spec
-    return Policy(model, tokenizer, config, start)
+    return RLPolicy(model, tokenizer, config, start)
 
 
 def merged_adapter(model: nn.Module, start: dict[str, LoraPair], rl_config: dict) -> tuple[dict, dict]:
