@@ -31,10 +31,20 @@ PTX_CARRIED=${PTX_CARRIED:-.devkit/ptx-cache}         # mlx's compiled CUDA kern
 PART=${PART:-15M}                                     # returned files stay under a returned file's 16 MiB
 SEED=${SEED:-0}
 
-stash() {
+stash() {  # everything this call carried under .devkit/: kit parts, an adapter, returned tar parts
     mkdir -p "$KIT_STASH"
-    if compgen -G ".devkit/part-*" > /dev/null; then cp .devkit/part-* "$KIT_STASH"/; fi
+    if [ -d .devkit ]; then cp -r .devkit/. "$KIT_STASH"/; fi
     ls -l "$KIT_STASH"
+}
+
+unpack_carried() {  # what earlier calls stashed, and the tar parts an earlier lease sent back
+    if [ "$KIT" = 1 ]; then mkdir -p .devkit && cp -r "$KIT_STASH"/. .devkit/; fi
+    if compgen -G ".devkit/rl-run.tar.*" > /dev/null && [ ! -d .devkit/rl ]; then
+        cat .devkit/rl-run.tar.* | tar -x -C .devkit && RL_CARRIED=.devkit/rl
+    fi
+    if compgen -G ".devkit/ptx-cache.tar.*" > /dev/null && [ ! -d "$PTX_CARRIED" ]; then
+        mkdir -p "$PTX_CARRIED" && cat .devkit/ptx-cache.tar.* | tar -x -C "$PTX_CARRIED"
+    fi
 }
 
 install_kit() {
@@ -88,6 +98,7 @@ run() {
     DEADLINE=$(( $(date +%s) + BUDGET_S ))
     export PYTHONUNBUFFERED=1 WORDLE_RL_PROGRESS_EVERY=${WORDLE_RL_PROGRESS_EVERY:-15}
     if [ "$KIT" = 1 ]; then stash; stage "install the kit"; install_kit; fi
+    unpack_carried
     export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
     # One kernel cache per GPU architecture: a carried one is used where it was made for this card.
     local arch
