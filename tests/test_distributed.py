@@ -41,8 +41,8 @@ needs_launch = pytest.mark.skipif(MLX_LAUNCH is None, reason="mlx.launch is not 
 TWO_RANK_RUN = {**TINY_RUN, "rollout": {**TINY_RUN["rollout"], "games_per_round": 2},
                 "grpo": {**TINY_RUN["grpo"], "groups_per_step": 2},
                 "ei": {**TINY_RUN["ei"], "positions": "sampled", "states_per_step": 2, "batch_size": 2}}
-RL_FILES = {"adapter", "best", "best.json", "checkpoints", "config.json", "latest", "metrics.jsonl", "run.json",
-            "start_adapter"}
+RL_FILES = {".lock", "adapter", "best", "best.json", "checkpoints", "config.json", "latest", "metrics.jsonl",
+            "run.json", "start_adapter"}  # .lock: the run lock (solver/run_lock.py) stays, unlocked
 
 
 def free_port() -> int:
@@ -130,7 +130,8 @@ def test_two_rank_sft_run_killed_mid_save_resumes_like_one_process(tmp_path, tin
     assert (out / "adapter").is_dir(), result.stdout[-2000:] + result.stderr[-2000:]
     assert result.stdout.count("sft run") == 1  # rank 0 alone prints the summary
 
-    assert sorted(p.name for p in out.iterdir()) == ["adapter", "checkpoints", "latest", "metrics.jsonl", "run.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "adapter", "checkpoints", "latest", "metrics.jsonl",
+                                                     "run.json"]
     one, two = metrics(single), metrics(out)
     assert [r["step"] for r in two] == [r["step"] for r in one] == [0, 1, 2, 3, 4]  # one line per step
     for a, b in zip(one, two):
