@@ -36,7 +36,7 @@ def test_proof_script_runs_every_stage_and_brings_back_its_files(tmp_path: Path,
     env = dict(
         os.environ, OUT=str(out), KIT="0", MODEL=str(tiny_model_dir), RUN=str(tmp_path / "run"),
         START_ADAPTER=str(tmp_path / "no-adapter"), BUDGET_S="600", SFT_GAMES="20", SFT_ITERS="2",
-        SFT_BATCH="2", SFT_RANK="4", EVAL_GAMES="2", EVAL_BATCH="2", RL_STEPS="1", ENDGAME_POSITIONS="4",
+        SFT_BATCH="2", SFT_RANK="4", EVAL_GAMES="2", EVAL_BATCH="2", RL_STEPS="1", ENDGAME_POSITIONS="4", BENCH="0",
         RL_CONFIG=str(tiny_rl_config(tmp_path)), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
     )
     result = subprocess.run(["bash", str(SCRIPT), "run"], cwd=REPO, env=env, capture_output=True, text=True)

@@ -29,6 +29,7 @@ START_ADAPTER=${START_ADAPTER:-.devkit/sft-adapter}   # carried from an earlier 
 RL_CARRIED=${RL_CARRIED:-.devkit/rl-run}              # an earlier session's RL run folder: resumed
 PTX_CARRIED=${PTX_CARRIED:-.devkit/ptx-cache}         # mlx's compiled CUDA kernels from an earlier run
 PART=${PART:-15M}                                     # returned files stay under a returned file's 16 MiB
+BENCH=${BENCH:-1}                                     # 1: bench/gpu.py first (issue 38's targets), 150 s at most
 SEED=${SEED:-0}
 
 stash() {  # everything this call carried under .devkit/: kit parts, an adapter, returned tar parts
@@ -115,6 +116,10 @@ run() {
         echo "mlx sees no GPU here: stopping rather than spend the device time on its CPU" >&2; exit 1
     fi
     mkdir -p "$RUN"
+    if [ "$BENCH" = 1 ]; then
+        stage "bench/gpu.py"
+        timeout 150 python3 -m bench.gpu --model "$MODEL" --json "$OUT/bench-gpu.json" || echo "bench stopped (exit $?)"
+    fi
 
     local adapter
     if [ -f "$START_ADAPTER/adapters.safetensors" ]; then
