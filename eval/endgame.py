@@ -24,10 +24,11 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
+from eval.validation import evaluating
 from llm.format import ALREADY_GUESSED, Rejection, parse_answer, prompt_tokens
 from llm.generation import SamplingSettings, sample
-from llm.histories import DEFAULT_OFF_POLICY, DEFAULT_REJECTED, ENDGAME_CANDIDATES, ENDGAME_TRIES, endgame_history, \
-    sample_rejections
+from llm.histories import (DEFAULT_OFF_POLICY, DEFAULT_REJECTED, ENDGAME_CANDIDATES, ENDGAME_TRIES,
+                           endgame_history, sample_rejections)
 from solver.errors import UserError
 from solver.feedback import pattern_to_string
 from solver.policy import Policy
@@ -193,14 +194,8 @@ class EndgameEval:
 
     def __call__(self, model, tokenizer) -> dict:
         began = time.perf_counter()
-        key = mx.array(mx.random.state[0])
-        training = model.training
-        model.eval()
-        try:
+        with evaluating(model):
             records = answer_positions(model, tokenizer, self.positions, self.sampling, self.seed, self.batch_size)
-        finally:
-            model.train(training)
-            mx.random.state[0][...] = key
         summary = summarise_endgame(records)
         return {**{k: v for k, v in summary.items() if k != "by_candidates"},
                 "temperature": self.sampling.temperature, "seconds": round(time.perf_counter() - began, 3)}

@@ -11,6 +11,7 @@ trains exactly as one without them would.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import mlx.core as mx
@@ -43,17 +44,25 @@ class HeldOutEval:
     def __call__(self, model, tokenizer) -> dict:
         """FIGURES of one round of games, plus the sampling temperature and the seconds it took."""
         began = time.perf_counter()
-        key = mx.array(mx.random.state[0])  # the player reseeds mlx: keep training's key as it was
-        training = model.training
-        model.eval()
-        try:
+        with evaluating(model):
             player = ModelPlayer(model, tokenizer, "held-out", self.sampling, self.seed, self.batch_size)
             summary, _ = evaluate(player, self.setup, self.secrets, show_progress=False)
-        finally:
-            model.train(training)
-            mx.random.state[0][...] = key
         return {**{k: summary[k] for k in FIGURES}, "temperature": self.sampling.temperature,
                 "seconds": round(time.perf_counter() - began, 3)}
+
+
+@contextlib.contextmanager
+def evaluating(model):
+    """The model in eval mode with its own dice for the block; training's mode and mlx key put
+    back afterwards, so a run with held-out evals trains exactly as one without them."""
+    key = mx.array(mx.random.state[0])  # the players reseed mlx
+    training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(training)
+        mx.random.state[0][...] = key
 
 
 def rank(figures: dict) -> tuple[int, float]:
