@@ -43,31 +43,40 @@ def test_proof_script_runs_every_stage_and_brings_back_its_files(tmp_path: Path,
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     brought_back = sorted(p.name for p in out.iterdir())
-    assert brought_back == ["endgame-paired.json", "endgame-rl.json", "endgame-sft.json", "eval-rl.json",
-                            "eval-sft.json", "log.txt", "paired.json", "rl-metrics.jsonl", "rl-run.tar.00",
-                            "sft-adapter.tar.00", "sft-metrics.jsonl"]
-    sft, rl = (json.loads((out / name).read_text()) for name in ("eval-sft.json", "eval-rl.json"))
+    assert brought_back == ["log.txt", "results.tar", "rl-policy.tar.00", "sft-adapter.tar.00"]  # a call's 8 at most
+    results = unpacked(out / "results.tar", tmp_path / "results")
+    assert sorted(p.name for p in results.iterdir()) == [
+        "endgame-paired.json", "endgame-rl.json", "endgame-sft.json", "eval-rl.json", "eval-sft.json", "paired.json",
+        "rl-best.json", "rl-metrics.jsonl", "rl-summary.json", "sft-metrics.jsonl"]
+    sft, rl = (json.loads((results / name).read_text()) for name in ("eval-sft.json", "eval-rl.json"))
     secrets = [[game["secret"] for game in run["per_game"]] for run in (sft, rl)]
     assert secrets[0] == secrets[1] and len(secrets[0]) == 2  # the same test secrets for both
-    phases = [json.loads(line)["phase"] for line in (out / "rl-metrics.jsonl").read_text().splitlines()]
+    phases = [json.loads(line)["phase"] for line in (results / "rl-metrics.jsonl").read_text().splitlines()]
     assert phases.count("grpo") == 1 and "heldout" in phases  # a held-out curve, not an end point
-    endgame = [json.loads((out / f"endgame-{name}.json").read_text()) for name in ("sft", "rl")]
+    endgame = [json.loads((results / f"endgame-{name}.json").read_text()) for name in ("sft", "rl")]
     assert [[r["key"] for r in e["per_position"]] for e in endgame] == [[r["key"] for r in endgame[0]["per_position"]]] * 2
     log = (out / "log.txt").read_text()
     assert "== " in log and "done" in log.splitlines()[-1]
 
-    # A later session carries the run back and resumes it instead of starting again.
-    carried = tmp_path / "carried"
-    carried.mkdir()
-    subprocess.run(f"cat {out}/rl-run.tar.* | tar -x -C {carried}", shell=True, check=True)
+    # A later lease starts from the returned policy, and with the start's games carried does not play them again.
+    policy = unpacked(out / "rl-policy.tar.00", tmp_path / "policy")
+    (adapter,) = policy.iterdir()
     again = tmp_path / "again"
     again.mkdir()
-    env.update(OUT=str(again), RUN=str(tmp_path / "run2"), RL_CARRIED=str(carried / "rl"), RL_STEPS="2")
+    env.update(OUT=str(again), RUN=str(tmp_path / "run2"), START_ADAPTER=str(adapter),
+               START_GAMES=str(results / "eval-rl.json"))
     result = subprocess.run(["bash", str(SCRIPT), "run"], cwd=REPO, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "(--resume)" in (again / "log.txt").read_text()
-    steps = [json.loads(line) for line in (again / "rl-metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in steps if r["phase"] == "grpo"] == [1, 2]  # step 1 carried, step 2 new
+    log = (again / "log.txt").read_text()
+    assert "carried SFT adapter" in log and "the start's games carried" in log and "gen-sft" not in log
+    paired = json.loads((unpacked(again / "results.tar", tmp_path / "results2") / "paired.json").read_text())
+    assert paired["paired_wins"]["games"] == 2
+
+
+def unpacked(tar: Path, folder: Path) -> Path:
+    folder.mkdir()
+    subprocess.run(["tar", "-xf", str(tar), "-C", str(folder)], check=True)
+    return folder
 
 
 def test_proof_script_refuses_an_unknown_stage() -> None:

@@ -3,11 +3,12 @@
 # device time (README.md here says how it is run). In the repo root on that machine:
 #   bash results/gpu-proof/proof.sh stash   # keep the kit part this call carried (.devkit/part-NN)
 #   bash results/gpu-proof/proof.sh run     # the last part, then: install, SFT (or a carried
-#                                           # adapter), endgame benchmark and games of the start,
-#                                           # endgame RL (or its carried run, resumed), the same
+#                                           # adapter), endgame benchmark and games of the start
+#                                           # (or its carried games), endgame RL, the same
 #                                           # benchmark and games of RUN/best, the compares
-# Every stage writes its files to $OUT as soon as it ends, so a run cut short still brings back
-# what it finished. The knobs below default to the GPU proof; tests run it on a CPU, tiny.
+# Every stage adds its files to $OUT/results.tar as soon as it ends, so a run cut short still brings
+# back what it finished; a call brings back at most 8 files (64 MiB), hence one tar of the small
+# ones. The knobs below default to the GPU proof; tests run it on a CPU, tiny.
 set -euo pipefail
 
 KIT_STASH=${KIT_STASH:-$HOME/wordle-kit}   # where the parts wait between calls
@@ -26,10 +27,13 @@ RL_CONFIG=${RL_CONFIG:-results/gpu-proof/endgame-config.json}
 ENDGAME_POSITIONS=${ENDGAME_POSITIONS:-600}
 RL_STEPS=${RL_STEPS:-200}                  # an upper bound: the budget stops the run first
 START_ADAPTER=${START_ADAPTER:-.devkit/sft-adapter}   # carried from an earlier session: no SFT
-RL_CARRIED=${RL_CARRIED:-.devkit/rl-run}              # an earlier session's RL run folder: resumed
+START_GAMES=${START_GAMES:-}                          # the start's test games, played earlier with these
+                                                      # settings: not played again (their seconds are kept)
 PTX_CARRIED=${PTX_CARRIED:-.devkit/ptx-cache}         # mlx's compiled CUDA kernels from an earlier run
 PART=${PART:-15M}                                     # returned files stay under a returned file's 16 MiB
-BENCH=${BENCH:-1}                                     # 1: bench/gpu.py first (issue 38's targets), 150 s at most
+BENCH=${BENCH:-1}                                     # 1: bench/gpu.py first (issue 38's targets)
+BENCH_S=${BENCH_S:-150}                               # the bench's time limit
+DTYPE=${DTYPE:-auto}                                  # eval's and rl's --dtype
 SEED=${SEED:-0}
 
 stash() {  # everything this call carried under .devkit/: kit parts, an adapter, returned tar parts
@@ -38,11 +42,8 @@ stash() {  # everything this call carried under .devkit/: kit parts, an adapter,
     ls -l "$KIT_STASH"
 }
 
-unpack_carried() {  # what earlier calls stashed, and the tar parts an earlier lease sent back
+unpack_carried() {  # what earlier calls stashed, and the kernel tar parts an earlier lease sent back
     if [ "$KIT" = 1 ]; then mkdir -p .devkit && cp -r "$KIT_STASH"/. .devkit/; fi
-    if compgen -G ".devkit/rl-run.tar.*" > /dev/null && [ ! -d .devkit/rl ]; then
-        cat .devkit/rl-run.tar.* | tar -x -C .devkit && RL_CARRIED=.devkit/rl
-    fi
     if compgen -G ".devkit/ptx-cache.tar.*" > /dev/null && [ ! -d "$PTX_CARRIED" ]; then
         mkdir -p "$PTX_CARRIED" && cat .devkit/ptx-cache.tar.* | tar -x -C "$PTX_CARRIED"
     fi
@@ -67,16 +68,22 @@ since() { echo $(( $(date +%s) - $1 )); }
 left() { echo $(( DEADLINE - $(date +%s) )); }
 stage() { echo "== $(date -u +%H:%M:%S) $* (${SECONDS}s in, $(left)s left)"; }
 
+bring_back() {  # FILE...: into $OUT/results.tar, made anew each time so that a cut-short call has it whole
+    mkdir -p "$RUN/back"
+    cp "$@" "$RUN/back/"
+    tar -cf "$OUT/results.tar.part" -C "$RUN/back" . && mv "$OUT/results.tar.part" "$OUT/results.tar"
+}
+
 play_test_games() {  # ADAPTER JSON: the same held-out test secrets for every model
     python3 cli.py eval --model "$MODEL" --adapter "$1" --split test --games "$EVAL_GAMES" --seed 0 \
-        --max-tokens 160 --batch-size "$EVAL_BATCH" --quiet --json "$2"
-    cp "$2" "$OUT/"
+        --max-tokens 160 --batch-size "$EVAL_BATCH" --dtype "$DTYPE" --quiet --json "$2"
+    bring_back "$2"
 }
 
 answer_endgame() {  # ADAPTER JSON: the same held-out test endgame positions for every model
     python3 cli.py eval --model "$MODEL" --adapter "$1" --endgame --split test --positions "$ENDGAME_POSITIONS" \
-        --seed 0 --max-tokens 160 --batch-size "$EVAL_BATCH" --quiet --json "$2"
-    cp "$2" "$OUT/"
+        --seed 0 --max-tokens 160 --batch-size "$EVAL_BATCH" --dtype "$DTYPE" --quiet --json "$2"
+    bring_back "$2"
 }
 
 send_back() {  # NAME PATH...: a tar of PATHs in $OUT, in parts a returned file can hold
@@ -85,9 +92,17 @@ send_back() {  # NAME PATH...: a tar of PATHs in $OUT, in parts a returned file 
     tar -cf - "$@" | split -b "$PART" -d - "$OUT/$name.tar."
 }
 
-keep_kernels() {  # mlx's compiled kernels go back, for the next run to skip compiling them
+keep_kernels() {  # mlx's compiled kernels go back, for the next run to skip compiling them, where
+    # two parts hold them and the call's 64 MiB hold them beside the rest
     if [ -d "$MLX_PTX_CACHE_DIR" ] && [ -n "$(ls -A "$MLX_PTX_CACHE_DIR")" ]; then
-        send_back ptx-cache -C "$(dirname "$MLX_PTX_CACHE_DIR")" "$(basename "$MLX_PTX_CACHE_DIR")"
+        local size others
+        size=$(du -sm "$MLX_PTX_CACHE_DIR" | cut -f1)
+        others=$(du -sm --exclude='ptx-cache.tar.*' "$OUT" | cut -f1)
+        if [ "$size" -le 28 ] && [ $(( size + others )) -le 60 ]; then
+            send_back ptx-cache -C "$(dirname "$MLX_PTX_CACHE_DIR")" "$(basename "$MLX_PTX_CACHE_DIR")"
+        else
+            echo "kernel cache not sent back: ${size} MB beside ${others} MB"
+        fi
     fi
 }
 
@@ -118,7 +133,8 @@ run() {
     mkdir -p "$RUN"
     if [ "$BENCH" = 1 ]; then
         stage "bench/gpu.py"
-        timeout 150 python3 -m bench.gpu --model "$MODEL" --json "$OUT/bench-gpu.json" || echo "bench stopped (exit $?)"
+        timeout "$BENCH_S" python3 -m bench.gpu --model "$MODEL" --json "$RUN/bench-gpu.json" || echo "bench stopped (exit $?)"
+        if [ -f "$RUN/bench-gpu.json" ]; then bring_back "$RUN/bench-gpu.json"; fi
     fi
 
     local adapter
@@ -132,7 +148,7 @@ run() {
         python3 cli.py sft --model "$MODEL" --data "$RUN/data" --out "$RUN/sft" --iters "$SFT_ITERS" \
             --batch-size "$SFT_BATCH" --rank "$SFT_RANK" --lr "$SFT_LR" --eval-every "$SFT_ITERS" \
             --eval-games 0 --save-every 300 --seed "$SEED" --quiet --json "$RUN/sft-summary.json"
-        cp "$RUN/sft/metrics.jsonl" "$OUT/sft-metrics.jsonl"
+        cp "$RUN/sft/metrics.jsonl" "$RUN/sft-metrics.jsonl" && bring_back "$RUN/sft-metrics.jsonl"
         adapter=$RUN/sft/adapter
         # the adapter comes back for a later session's RL, in parts under the 16 MB a file may have
         send_back sft-adapter "$adapter" "$RUN/sft-summary.json"
@@ -141,35 +157,46 @@ run() {
     stage "the start on $ENDGAME_POSITIONS test endgame positions and $EVAL_GAMES test games"
     local started=$(date +%s)
     answer_endgame "$adapter" "$RUN/endgame-sft.json"
-    play_test_games "$adapter" "$RUN/eval-sft.json"
     local eval_s=$(since "$started")
+    if [ -n "$START_GAMES" ]; then
+        cp "$START_GAMES" "$RUN/eval-sft.json" && bring_back "$RUN/eval-sft.json"
+        local played_s
+        played_s=$(python3 -c "import json, sys; r = json.load(open(sys.argv[1])); print(int(r['seconds'] + r['setup_seconds']) + 15)" "$START_GAMES")
+        stage "the start's games carried ($START_GAMES, ${played_s}s to play them again)"
+        eval_s=$(( eval_s + played_s ))
+    else
+        play_test_games "$adapter" "$RUN/eval-sft.json"
+        eval_s=$(since "$started")
+    fi
     keep_kernels
 
     local rl_s=$(( $(left) - eval_s - eval_s / 4 - 15 ))
     if [ "$rl_s" -lt 60 ]; then stage "no time left for RL (${rl_s}s)"; return 0; fi
-    if [ -f "$RL_CARRIED/config.json" ] && [ ! -d "$RUN/rl" ]; then cp -r "$RL_CARRIED" "$RUN/rl"; fi
-    local fresh=(--adapter "$adapter" --config "$RL_CONFIG" --seed "$SEED")
-    if [ -d "$RUN/rl/checkpoints" ]; then fresh=(--resume); fi   # a carried run continues where it stopped
-    stage "rl for at most ${rl_s}s (${fresh[0]})"
-    timeout "$rl_s" python3 cli.py rl --model "$MODEL" --out "$RUN/rl" "${fresh[@]}" --steps "$RL_STEPS" \
-        --quiet --json "$RUN/rl-summary.json" \
+    stage "rl for at most ${rl_s}s"
+    timeout "$rl_s" python3 cli.py rl --model "$MODEL" --out "$RUN/rl" --adapter "$adapter" --config "$RL_CONFIG" \
+        --seed "$SEED" --dtype "$DTYPE" --steps "$RL_STEPS" --quiet --json "$RUN/rl-summary.json" \
         || echo "rl stopped by the time budget (exit $?): its last checkpoint and RUN/best stand"
-    cp "$RUN/rl/metrics.jsonl" "$OUT/rl-metrics.jsonl" 2>/dev/null || true
-    # the run folder comes back (checkpoint, RUN/best, its start adapter) so that a later session resumes it
-    if [ -d "$RUN/rl/checkpoints" ]; then send_back rl-run --exclude=rl/adapter -C "$RUN" rl; fi
+    for f in "$RUN"/rl/best.json "$RUN"/rl/config.json "$RUN"/rl-summary.json; do
+        if [ -f "$f" ]; then echo "-- $f"; cat "$f"; fi
+    done
+    if [ -f "$RUN/rl/metrics.jsonl" ]; then cp "$RUN/rl/metrics.jsonl" "$RUN/rl-metrics.jsonl" && bring_back "$RUN/rl-metrics.jsonl"; fi
+    if [ -f "$RUN/rl/best.json" ]; then cp "$RUN/rl/best.json" "$RUN/rl-best.json" && bring_back "$RUN/rl-best.json"; fi
+    if [ -f "$RUN/rl-summary.json" ]; then bring_back "$RUN/rl-summary.json"; fi
 
     local policy
     if [ -f "$RUN/rl/best/adapters.safetensors" ]; then policy=$RUN/rl/best
     else policy=$(last_checkpoint); fi
     if [ -z "$policy" ]; then stage "rl finished no step"; return 0; fi
-    for f in "$RUN"/rl/best.json "$RUN"/rl/config.json "$RUN"/rl-summary.json; do
-        if [ -f "$f" ]; then echo "-- $f"; cat "$f"; fi
-    done
+    # The RL policy's adapter comes back (a checkpoint with its optimizer state would not fit a
+    # call's 64 MiB): a later lease starts from it as START_ADAPTER, and the CPU can evaluate it.
+    send_back rl-policy -C "$(dirname "$policy")" "$(basename "$policy")"
     stage "the RL policy ($policy) on the same endgame positions and test games"
     answer_endgame "$policy" "$RUN/endgame-rl.json"
-    python3 cli.py eval --compare "$RUN/endgame-sft.json" "$RUN/endgame-rl.json" --json "$OUT/endgame-paired.json"
+    python3 cli.py eval --compare "$RUN/endgame-sft.json" "$RUN/endgame-rl.json" --json "$RUN/endgame-paired.json"
+    bring_back "$RUN/endgame-paired.json"
     play_test_games "$policy" "$RUN/eval-rl.json"
-    python3 cli.py eval --compare "$RUN/eval-sft.json" "$RUN/eval-rl.json" --json "$OUT/paired.json"
+    python3 cli.py eval --compare "$RUN/eval-sft.json" "$RUN/eval-rl.json" --json "$RUN/paired.json"
+    bring_back "$RUN/paired.json"
     keep_kernels
     stage "done"
 }
