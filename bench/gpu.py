@@ -2,7 +2,8 @@
 
 Each part runs the product code itself, is timed with `time.perf_counter()` after a
 warm-up, reports medians, and has its own peak memory (`mx.reset_peak_memory()`
-between parts):
+between parts). They run in the order 3, 4, 5, 1, 2, and the JSON is written after each,
+so that a lease that ends mid-bench still brings back RL's figures:
 
 1. SFT tokens/s: `gen-sft` data (`sft.gen_command.generate_dataset`, `--sft-games`
    solver games into a temp folder), then `sft.run.run_sft` for `--sft-steps` steps at
@@ -360,10 +361,23 @@ def main(model, adapter, dtype, sft_games, sft_steps, sft_batch, rank, max_seq_l
     click.echo(f"device {report['gpu'] or report['device']}, mlx {report['mlx']}, mlx-lm {report['mlx_lm']}, "
                f"weights {report['weights_dtype']} (--dtype {dtype})")
     parts: dict = {}
+
+    def part(name: str, work: Callable[[], dict]) -> dict | None:
+        """One part, then the report so far on disk: a bench cut short by a lease's end keeps its parts."""
+        figures = run_part(name, parts, work, LINES[name])
+        if json_path:
+            atomic_write_json(json_path, report | {"parts": parts, "targets": targets(parts),
+                                                   "seconds": round(time.perf_counter() - began, 2)})
+        return figures
+
+    # RL's parts first: SFT on a GPU was measured before them (results/gpu-proof), RL's never was.
+    part("decode", lambda: decode_part(model, adapter, rows, context, decode_steps, dtype))
+    part("grpo", lambda: grpo_part(model, adapter, group_size, groups, rl_steps, rl_batch_size, max_tokens, seed, dtype))
+    part("eval", lambda: eval_part(model, adapter, eval_games, eval_batch, max_tokens, seed, dtype))
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
         data, sizes = Path(tmp) / "data", (sft_steps, sft_batch, rank, max_seq_len, seed, dtype)
-        run_part("gen_sft", parts, lambda: gen_sft_part(data, model, sft_games, seed), LINES["gen_sft"])
-        ours = run_part("sft", parts, lambda: sft_part(model, data, Path(tmp) / "sft", *sizes), LINES["sft"])
+        part("gen_sft", lambda: gen_sft_part(data, model, sft_games, seed))
+        ours = part("sft", lambda: sft_part(model, data, Path(tmp) / "sft", *sizes))
 
         def theirs() -> dict:
             figures = mlx_lm_part(model, data, Path(tmp) / "mlx_lm", *sizes)
@@ -371,12 +385,7 @@ def main(model, adapter, dtype, sft_games, sft_steps, sft_batch, rank, max_seq_l
                 figures["ours_over_mlx_lm"] = round(ours["tokens_per_s"] / figures["tokens_per_s"], 3)
             return figures
 
-        run_part("mlx_lm_lora", parts, theirs, LINES["mlx_lm_lora"])
-    run_part("decode", parts, lambda: decode_part(model, adapter, rows, context, decode_steps, dtype), LINES["decode"])
-    run_part("grpo", parts, lambda: grpo_part(model, adapter, group_size, groups, rl_steps, rl_batch_size, max_tokens,
-                                              seed, dtype), LINES["grpo"])
-    run_part("eval", parts, lambda: eval_part(model, adapter, eval_games, eval_batch, max_tokens, seed, dtype),
-             LINES["eval"])
+        part("mlx_lm_lora", theirs)
     report |= {"parts": parts, "targets": targets(parts), "seconds": round(time.perf_counter() - began, 2)}
     failed = [name for name, figures in parts.items() if "error" in figures]
     click.echo(f"total {report['seconds']:.1f} s" + (f"; failed: {', '.join(failed)}" if failed else ""))
