@@ -21,15 +21,9 @@ import mlx.optimizers as optim
 
 
 def warmup_schedule(learning_rate: float, warmup_steps: int):
-    """lr * min(1, (step + 1) / (warmup_steps + 1)) for the optimizer's 0-based step count.
-
-    The count is Adam's uint64 `step`; the fraction is taken in float32. On an H100 (mlx
-    0.32.4, CUDA) the uint64 form logged a rate of 0 for the first three GRPO steps of a run
-    that the CPU starts at lr / 3 (results/gpu-endgame-h100/): no integer arithmetic on the device.
-    """
+    """lr * min(1, (step + 1) / (warmup_steps + 1)) for the optimizer's 0-based step count."""
     def rate(step: mx.array) -> mx.array:
-        fraction = (step.astype(mx.float32) + 1.0) / float(warmup_steps + 1)
-        return learning_rate * mx.minimum(1.0, fraction)
+        return learning_rate * mx.minimum(1.0, (step + 1) / (warmup_steps + 1))
 
     return rate
 

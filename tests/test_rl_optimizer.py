@@ -18,4 +18,3 @@ def test_the_warm_up_rate_is_never_zero_and_reaches_the_learning_rate() -> None:
         optimizer.update(layer, grads)
         logged.append(optimizer.learning_rate.item())
     assert logged == pytest.approx([1e-4, 2e-4, 3e-4, 3e-4], rel=1e-6)
-    assert optimizer.learning_rate.dtype == mx.float32

@@ -183,9 +183,15 @@ run() {
     if [ -f "$RUN/rl/best.json" ]; then cp "$RUN/rl/best.json" "$RUN/rl-best.json" && bring_back "$RUN/rl-best.json"; fi
     if [ -f "$RUN/rl-summary.json" ]; then bring_back "$RUN/rl-summary.json"; fi
 
-    local policy
-    if [ -f "$RUN/rl/best/adapters.safetensors" ]; then policy=$RUN/rl/best
-    else policy=$(last_checkpoint); fi
+    # RUN/best, unless it is step 0 (the start itself: no validation eval after it, or none better)
+    # and a checkpoint exists: then the last checkpoint, so the compares measure what RL made.
+    local policy best_step
+    best_step=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['step'])" "$RUN/rl/best.json" 2>/dev/null || echo none)
+    if [ -f "$RUN/rl/best/adapters.safetensors" ] && { [ "$best_step" != 0 ] || [ -z "$(last_checkpoint)" ]; }; then
+        policy=$RUN/rl/best
+    else
+        policy=$(last_checkpoint)
+    fi
     if [ -z "$policy" ]; then stage "rl finished no step"; return 0; fi
     # The RL policy's adapter comes back (a checkpoint with its optimizer state would not fit a
     # call's 64 MiB): a later lease starts from it as START_ADAPTER, and the CPU can evaluate it.
