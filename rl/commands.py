@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
+from common.options import flag, json_option, writable_file, writable_folder
 from sft.run_folder import claim, continues, note_starts_again, refuse_changes
-from solver.options import flag, json_option, writable_file, writable_folder
 
 HELD_OUT_KEYS = ("heldout_", "best_")  # shown by heldout_table, not summary_table
 # Flags that override one config key each (None = not given, the config decides).
@@ -74,8 +74,8 @@ def rl_command(model, adapter, out, config_path, resume, quiet, json_path, **fla
     """
     from rich.console import Console
 
+    from common.fileio import atomic_write_json
     from rl.loop import run_rl
-    from solver.fileio import atomic_write_json
 
     given = {name: value for name, value in flags.items() if value is not None}
     overrides = {OVERRIDES[name]: value for name, value in given.items()}
@@ -92,9 +92,9 @@ def run_request(out: Path, model: str | None, adapter: str | None, config_path: 
                 resume: bool, show_progress: bool):
     """The run to do: a new one, or the run in `out` continued, under the one resume rule
     (sft/run_folder.py). Only --steps may change, to run longer."""
+    from common.fileio import read_json
     from rl.config import build_config, check_values, load_config_file
     from rl.loop import RUN_FILE, RunRequest, resume_request
-    from solver.fileio import read_json
 
     check_values(overrides, FLAGS)  # a bad flag is named as itself before any file is read
     claim(out, "rl")
@@ -211,8 +211,8 @@ def heldout_table(summary: dict):
               help="Also draw the curves into this PNG (needs matplotlib).")
 def report_command(run, json_path, png) -> None:
     """Curves of an RL run (cumulative wins, reward, win rate, held-out evals) or an SFT run's."""
+    from common.fileio import atomic_write_json
     from rl.report import show_report, write_png
-    from solver.fileio import atomic_write_json
 
     series, title = show_report(run)
     if png:

@@ -15,20 +15,20 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.errors import UserError
+from common.fileio import parse_json, read_text
+from common.options import MAX_SEED
 from llm.generation import MAX_TEMPERATURE
 from llm.loading import DTYPE_CHOICES
 from rl.expert_iteration import POSITIONS, EISettings
 from rl.grpo import ADVANTAGE_SCALES, GrpoSettings
-from rl.reward import MAX_WEIGHT, RewardWeights
 from rl.heldout import BEST_BY
+from rl.reward import MAX_WEIGHT, RewardWeights
 from rl.rollout import CHOICES, STARTS, RolloutSettings
 from rl.schedule import Schedule, parse_schedule
 from sft.lora import AdapterSettings
 from sft.states import MAX_DRILL_DEPTH
-from solver.errors import UserError
 from solver.feedback import WIN
-from solver.fileio import parse_json, read_text
-from solver.options import MAX_SEED
 from solver.policy import EXPERTS
 
 SECRET_KINDS = ("answers", "allowed")

@@ -49,12 +49,12 @@ from mlx.utils import tree_map
 from mlx_lm.models.cache import create_attention_mask
 from mlx_lm.tuner.lora import LoRAEmbedding, LoRALinear, LoRASwitchLinear
 
+from common.errors import UserError
 from llm import distributed
 from llm.generation import STOP_TEXT, Completion
 from llm.tolerance import logit_tolerance, weight_dtype
 from rl.optimizer import rl_optimizer
 from rl.rollout import Group, Rollout
-from solver.errors import UserError
 
 _LORA_TYPES = (LoRALinear, LoRASwitchLinear, LoRAEmbedding)
 ADVANTAGE_SCALES = ("batch", "group", "none")

@@ -23,6 +23,9 @@ from typing import Callable
 from rich.console import Console
 from rich.table import Table
 
+from common.errors import UserError
+from common.fileio import atomic_write_json, read_json
+from common.options import flag
 from eval.paired import improvement_verdict
 from eval.report import FIGURES
 from llm import distributed
@@ -31,10 +34,7 @@ from rl.schedule import parse_schedule
 from sft.gen_data import MAX_GAMES
 from sft.run_folder import claim, refuse_changes
 from sft.states import MAX_DRILL_DEPTH
-from solver.errors import UserError
 from solver.feedback import WIN  # the last pattern: as many patterns as a drill can teach
-from solver.fileio import atomic_write_json, read_json
-from solver.options import flag
 
 STAGES_FILE = "stages.json"
 # The pipeline's flags behind RL config keys: an RL check names the flag the user gave.
@@ -172,9 +172,9 @@ def _recorded_settings(path: Path, saved) -> PipelineSettings:
 
 def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = True,
                  given: frozenset[str] | None = None, resume: bool = False) -> dict:
-    """Every stage not done yet, holding OUT's lock (solver/run_lock.py) throughout; a pipeline run
+    """Every stage not done yet, holding OUT's lock (common/run_lock.py) throughout; a pipeline run
     already in `out` continues with its own settings (`Stages`)."""
-    from solver.run_lock import run_lock
+    from common.run_lock import run_lock
 
     settings.check()
     if distributed.world().size > 1:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
+from common.options import given_params, json_option, seed_option, writable_folder
 from llm.options import dtype_option
 from rl.pipeline import RECIPES, PipelineSettings, recipe_for
 from rl.rollout import STARTS
-from solver.options import given_params, json_option, seed_option, writable_folder
 from solver.policy import EXPERTS
 
 DEFAULT = PipelineSettings()
@@ -56,8 +56,8 @@ def pipeline_command(out, model, seed, sft_games, expert, sft_iters, rl_steps, r
     """
     from rich.console import Console
 
+    from common.fileio import atomic_write_json
     from rl.pipeline import comparison_table, run_pipeline
-    from solver.fileio import atomic_write_json
 
     flags = dict(model=model, seed=seed, sft_games=sft_games, expert=expert, sft_iters=sft_iters, rl_steps=rl_steps,
                  rl_schedule=rl_schedule, ei_replay=ei_replay, ei_drill=ei_drill, ei_drill_depth=ei_drill_depth,

@@ -33,11 +33,11 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 from numba import njit
 
+from common.errors import UserError
 from llm.format import FORMAT_FAILURES, parse_answer
 from sft.cot import check_thought
 from solver.entropy import score_rows
 from solver.entropy_bound import EntropyBound
-from solver.errors import UserError
 from solver.feedback import WIN, feedback_code
 from solver.setup import Setup
 from solver.state import MAX_GUESSES, GameState
