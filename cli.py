@@ -12,7 +12,7 @@ ensure_fast_blas()  # before anything imports mlx: may re-exec with a real BLAS 
 
 import click  # noqa: E402
 
-from solver.errors import UserError, fail  # noqa: E402
+from common.errors import UserError, fail  # noqa: E402
 
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2; 8.1 exits with the help

@@ -32,10 +32,10 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
+from common.errors import run_script
+from common.fileio import atomic_write_json
 from llm.generation import SamplingSettings, sample
 from llm.loading import load_model
-from solver.errors import run_script
-from solver.fileio import atomic_write_json
 
 
 def cpu_name() -> str:

@@ -62,14 +62,14 @@ from typing import Callable
 import click
 import mlx.core as mx
 
+from common.errors import run_script
+from common.fileio import atomic_write_json
+from common.options import json_option
 from llm.adapter_files import read_adapter_config
 from llm.generation import SamplingSettings
 from llm.loading import load_model, resolve_dtype, resolve_model
 from llm.options import dtype_option
 from sft.run import SFTConfig
-from solver.errors import run_script
-from solver.fileio import atomic_write_json
-from solver.options import json_option
 
 TARGETS = {  # figure: (at least / at most, the H100 target)
     "sft_tokens_per_s": (">=", 100_000), "sft_over_mlx_lm": (">=", 1.0), "eval_games_per_s": (">=", 6.0),

@@ -29,6 +29,8 @@ import click
 import mlx.core as mx
 import numpy as np
 
+from common.errors import UserError, run_script
+from common.fileio import atomic_write_json
 from eval.splits import trainable
 from llm.format import SYSTEM_PROMPT, prompt_tokens, render_state
 from llm.generation import SamplingSettings, sample
@@ -38,8 +40,6 @@ from rl.reward import RewardScorer
 from rl.rollout import Group
 from sft.lora import AdapterSettings
 from sft.states import sample_start_states
-from solver.errors import UserError, run_script
-from solver.fileio import atomic_write_json
 from solver.setup import load_setup
 from solver.state import state_from_history
 

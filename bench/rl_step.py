@@ -29,6 +29,8 @@ import click
 import mlx.core as mx
 import numpy as np
 
+from common.errors import run_script
+from common.fileio import atomic_write_json
 from eval.splits import trainable
 from rl.config import build_config
 from rl.grpo import GrpoLearner
@@ -37,8 +39,6 @@ from rl.pipeline import PipelineSettings
 from rl.policy import load_policy
 from rl.reward import RewardScorer
 from sft.states import sample_start_states
-from solver.errors import run_script
-from solver.fileio import atomic_write_json
 from solver.setup import load_setup
 
 PIPELINE = PipelineSettings()

@@ -27,11 +27,11 @@ import click
 import mlx.core as mx
 import mlx.nn as nn
 
-from llm.loading import load_model
 from bench.decode import cpu_name
+from common.errors import run_script
+from common.fileio import atomic_write_json
+from llm.loading import load_model
 from sft.lora import AdapterSettings, attach_adapter
-from solver.errors import run_script
-from solver.fileio import atomic_write_json
 
 
 def pass_seconds(model: nn.Module, prompt: mx.array, answers: mx.array, steps: int) -> tuple[float, float]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import click
 
+from common.errors import UserError, note
+from common.options import flag, given_params, json_option, seed_option
 from eval.endgame import DEFAULT_POSITIONS, KIND
 from eval.splits import SPLITS
 from llm.histories import ENDGAME_CANDIDATES
 from llm.options import model_options
-from solver.errors import UserError, note
-from solver.options import flag, given_params, json_option, seed_option, solver_options, word_list_options
+from solver.options import solver_options, word_list_options
 
 # The flags only the solver's play reads, and those only a model's.
 SOLVER_FLAGS = ("hard", "lookahead", "top_k")
@@ -54,11 +55,11 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
     """Play every secret (or --games N of them) and report win rate, guesses and move quality."""
     from rich.console import Console
 
+    from common.fileio import atomic_write_json
     from eval.paired import improvement_verdict, paired_rates, paired_wins
     from eval.report import compare_table, load_result, show_result
     from eval.report import compare_endgame, show_endgame
     from eval.run import EndgameRequest, ModelSpec, run_endgame, run_eval
-    from solver.fileio import atomic_write_json
     from solver.policy import SolverSettings
 
     if compare:

@@ -29,10 +29,10 @@ from llm.format import ALREADY_GUESSED, Rejection, parse_answer, prompt_tokens
 from llm.generation import SamplingSettings, sample
 from llm.histories import (DEFAULT_OFF_POLICY, DEFAULT_REJECTED, ENDGAME_CANDIDATES, ENDGAME_TRIES,
                            endgame_history, sample_rejections)
-from solver.errors import UserError
+from common.errors import UserError
+from common.progress import progress_bar
 from solver.feedback import pattern_to_string
 from solver.policy import Policy
-from solver.progress import progress_bar
 from solver.setup import Setup
 from solver.state import GameState
 

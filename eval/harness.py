@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from common.progress import progress_bar
 from eval.moves import Player
 from llm.format import ALREADY_GUESSED as REPEAT
 from llm.format import FORMAT_FAILURES, Move, Rejection
 from llm.format import NOT_ALLOWED as INVALID_WORD
 from solver.entropy import guess_score, score_guesses
 from solver.feedback import pattern_to_string
-from solver.progress import progress_bar
 from solver.setup import Setup
 from solver.state import GameState
 

@@ -6,10 +6,10 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from common.errors import UserError
+from common.fileio import atomic_write_json, read_json
 from eval.endgame import KIND, OUTCOMES, RATES, keyed_records, outcome_counts
 from eval.paired import paired_changes, paired_rates, paired_wins, sign_test_p
-from solver.errors import UserError
-from solver.fileio import atomic_write_json, read_json
 
 BAR_WIDTH = 30
 HISTOGRAM_KEYS = ("1", "2", "3", "4", "5", "6", "X")

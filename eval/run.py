@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from common.errors import UserError, note
+from common.fileio import atomic_write_json
 from eval.harness import evaluate
 from eval.moves import Player, SolverPlayer
 from eval.splits import SPLITS, sample_secrets
-from solver.errors import UserError, note
-from solver.fileio import atomic_write_json
 from solver.policy import SolverSettings
 from solver.setup import Setup, load_setup
 
@@ -101,9 +101,9 @@ class EndgameRequest:
 def run_endgame(secret_kind: str, answers: str | None, allowed: str | None, request: EndgameRequest,
                 model: ModelSpec, json_path: str | None, show_progress: bool = True) -> dict:
     """`eval --endgame`: the model's one answer at each position, summarised (eval/endgame.py)."""
+    from common.fileio import read_json
     from eval.endgame import KIND, answer_positions, model_positions, summarise_endgame, teacher_positions
     from llm.loading import load_model
-    from solver.fileio import read_json
 
     setup = load_setup(secret_kind, answers, allowed)
     if request.from_games:

@@ -16,11 +16,11 @@ import time
 
 import mlx.core as mx
 
+from common.errors import UserError, note
 from eval.harness import evaluate
 from eval.splits import held_out_validation, sample_secrets
 from llm.generation import SamplingSettings
 from llm.player import ModelPlayer
-from solver.errors import UserError, note
 from solver.setup import Setup
 
 # The summary figures a training run logs for its held-out games (eval/harness.py names them).

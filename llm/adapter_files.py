@@ -13,8 +13,8 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from solver.errors import UserError
-from solver.fileio import atomic_replace_dir, read_json
+from common.errors import UserError
+from common.fileio import atomic_replace_dir, read_json
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapters.safetensors"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from solver.options import json_option
+from common.options import json_option
 
 
 @click.command()
@@ -13,8 +13,8 @@ def doctor(json_path: str | None) -> None:
     """Show the platform, MLX, its BLAS, fp32 matmul speed and the default model cache."""
     from rich.console import Console
 
+    from common.fileio import atomic_write_json
     from llm.doctor import collect, render
-    from solver.fileio import atomic_write_json
 
     info = collect()
     Console().print(render(info))

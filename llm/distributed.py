@@ -26,7 +26,7 @@ import numpy as np
 from mlx.nn.utils import average_gradients
 from mlx.utils import tree_map
 
-from solver.errors import UserError
+from common.errors import UserError
 
 T = TypeVar("T")
 

@@ -21,9 +21,9 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
+from common.errors import UserError
+from common.fileio import read_json
 from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_LEAVES, ADAPTER_WEIGHTS
-from solver.errors import UserError
-from solver.fileio import read_json
 
 # What loading a folder or an adapter raises for broken files (bad JSON, truncated
 # safetensors, unknown model_type, shape mismatches, missing config keys).

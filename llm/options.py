@@ -6,9 +6,9 @@ from typing import Callable
 
 import click
 
+from common.options import FiniteFloat
 from llm.generation import MAX_TEMPERATURE, SamplingSettings
 from llm.loading import DTYPE_CHOICES
-from solver.options import FiniteFloat
 
 DEFAULTS = SamplingSettings()
 

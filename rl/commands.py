@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import click
 
+from common.knobs import param_name
+from common.options import json_option, writable_file, writable_folder
+from rl.config import KNOBS
 from sft.run_folder import claim, continues, note_starts_again, refuse_changes
-from solver.options import flag, json_option, writable_file, writable_folder
 
 HELD_OUT_KEYS = ("heldout_", "best_")  # shown by heldout_table, not summary_table
-# Flags that override one config key each (None = not given, the config decides).
-OVERRIDES = {
-    "steps": "steps", "schedule": "schedule", "seed": "seed", "group_size": "rollout.group_size",
-    "games": "rollout.games_per_round", "max_tokens": "rollout.max_tokens", "temperature": "rollout.temperature",
-    "checkpoint_every": "checkpoint_every", "lr": "grpo.learning_rate", "kl_coef": "grpo.kl_coef",
-    "micro_batch_tokens": "grpo.micro_batch_tokens", "groups": "grpo.groups_per_step", "batch_size": "rollout.batch_size",
-    "eval_every": "eval_every", "eval_games": "eval_games", "eval_endgame": "eval_endgame", "best_by": "best_by",
-    "start": "rollout.start", "turns": "rollout.turns", "dtype": "dtype",
-}
-FLAGS = {key: flag(name) for name, key in OVERRIDES.items()}  # each key's flag, for messages
+FLAGGED = [entry for entry in KNOBS.values() if entry.knob.flag]  # the knobs a flag of `rl` sets
+OVERRIDES = {param_name(entry.knob.flag): entry.key for entry in FLAGGED}  # each flag's config key
+FLAGS = {entry.key: entry.knob.flag for entry in FLAGGED}  # each key's flag, for messages
+
+
+def override_options(f: Callable) -> Callable:
+    """One option per flagged knob, None unless given (then the config file, else the default, decides)."""
+    for entry in reversed(FLAGGED):
+        f = click.option(entry.knob.flag, type=entry.kind, default=None,
+                         help=f"{entry.knob.help} [default: {entry.default}]")(f)
+    return f
 
 
 @click.command("rl")
@@ -33,33 +37,7 @@ FLAGS = {key: flag(name) for name, key in OVERRIDES.items()}  # each key's flag,
               help="Run folder to write.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="JSON or YAML file with any of the settings (see rl/config.py); flags override it.")
-@click.option("--schedule", default=None, help='Phases in turn, e.g. "grpo:4,ei:1".')
-@click.option("--steps", type=int, default=None, help="Total steps (GRPO updates + expert-iteration rounds).")
-@click.option("--group-size", type=int, default=None, help="Answers sampled per position (G).")
-@click.option("--games", type=int, default=None, help="Fresh games per rollout round.")
-@click.option("--groups", type=int, default=None, help="Informative groups wanted per GRPO step.")
-@click.option("--max-tokens", type=int, default=None, help="Longest answer sampled.")
-@click.option("--temperature", type=float, default=None)
-@click.option("--batch-size", type=int, default=None, help="Sequences generated at once.")
-@click.option("--micro-batch-tokens", type=int, default=None,
-              help="Answer positions (padding included) per GRPO forward/backward pass.")
-@click.option("--lr", type=float, default=None, help="GRPO learning rate.")
-@click.option("--kl-coef", type=float, default=None, help="Weight of the KL to the adapter-free model.")
-@click.option("--checkpoint-every", type=int, default=None, help="Steps between checkpoints.")
-@click.option("--eval-every", type=int, default=None,
-              help="Steps between held-out validation evals; the best is kept as OUT/best (0: none) [default: 10].")
-@click.option("--eval-games", type=int, default=None, help="Held-out validation games per eval (0: none) [default: 32].")
-@click.option("--eval-endgame", type=int, default=None,
-              help="Held-out validation endgame positions per eval (eval --endgame's benchmark; 0: none) [default: 0].")
-@click.option("--best-by", default=None, help="What OUT/best is chosen by: wins or endgame (the closing rate) "
-                                              "[default: wins].")
-@click.option("--start", default=None, help="Start states: any (0-4 earlier turns) or endgame (1-6 candidates "
-                                            "left) [default: any].")
-@click.option("--turns", type=int, default=None, help="Groups asked per game: 0 plays to the end, 1 is single-turn "
-                                                      "[default: 0].")
-@click.option("--seed", type=int, default=None)
-@click.option("--dtype", default=None, help="Weights' dtype: auto (float32 on a CPU, bfloat16 on a GPU), float32, "
-                                            "bfloat16 or float16; the adapter stays float32 [default: auto].")
+@override_options
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint (running the same "
                                              "command again does too); flags left out are the run's own, only "
                                              "--steps may change.")
@@ -74,8 +52,8 @@ def rl_command(model, adapter, out, config_path, resume, quiet, json_path, **fla
     """
     from rich.console import Console
 
+    from common.fileio import atomic_write_json
     from rl.loop import run_rl
-    from solver.fileio import atomic_write_json
 
     given = {name: value for name, value in flags.items() if value is not None}
     overrides = {OVERRIDES[name]: value for name, value in given.items()}
@@ -92,9 +70,9 @@ def run_request(out: Path, model: str | None, adapter: str | None, config_path: 
                 resume: bool, show_progress: bool):
     """The run to do: a new one, or the run in `out` continued, under the one resume rule
     (sft/run_folder.py). Only --steps may change, to run longer."""
+    from common.fileio import read_json
     from rl.config import build_config, check_values, load_config_file
     from rl.loop import RUN_FILE, RunRequest, resume_request
-    from solver.fileio import read_json
 
     check_values(overrides, FLAGS)  # a bad flag is named as itself before any file is read
     claim(out, "rl")
@@ -211,8 +189,8 @@ def heldout_table(summary: dict):
               help="Also draw the curves into this PNG (needs matplotlib).")
 def report_command(run, json_path, png) -> None:
     """Curves of an RL run (cumulative wins, reward, win rate, held-out evals) or an SFT run's."""
+    from common.fileio import atomic_write_json
     from rl.report import show_report, write_png
-    from solver.fileio import atomic_write_json
 
     series, title = show_report(run)
     if png:

@@ -15,38 +15,43 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llm.generation import MAX_TEMPERATURE
+from common.errors import UserError
+from common.fileio import parse_json, read_text
+from common.knobs import declared, knob
+from common.options import MAX_SEED
 from llm.loading import DTYPE_CHOICES
-from rl.expert_iteration import POSITIONS, EISettings
-from rl.grpo import ADVANTAGE_SCALES, GrpoSettings
-from rl.reward import MAX_WEIGHT, RewardWeights
+from rl.expert_iteration import EISettings
+from rl.grpo import GrpoSettings
 from rl.heldout import BEST_BY
-from rl.rollout import CHOICES, STARTS, RolloutSettings
+from rl.reward import RewardWeights
+from rl.rollout import RolloutSettings
 from rl.schedule import Schedule, parse_schedule
 from sft.lora import AdapterSettings
-from sft.states import MAX_DRILL_DEPTH
-from solver.errors import UserError
-from solver.feedback import WIN
-from solver.fileio import parse_json, read_text
-from solver.options import MAX_SEED
-from solver.policy import EXPERTS
 
 SECRET_KINDS = ("answers", "allowed")
 
 
 @dataclass(frozen=True)
 class RLConfig:
-    steps: int = 100
-    schedule: str = "grpo:4,ei:1"
-    seed: int = 0
-    checkpoint_every: int = 10
-    keep_checkpoints: int = 2
-    secrets: str = "answers"  # the list secrets come from (held-out words are always excluded)
-    dtype: str = "auto"  # the weights' dtype: float32 on a CPU, bfloat16 on a GPU (llm/loading.py)
-    eval_every: int = 10  # steps between held-out validation evals (rl/heldout.py); 0: none, and no RUN/best
-    eval_games: int = 32  # validation secrets each eval plays, the same ones every time (0: none)
-    eval_endgame: int = 0  # validation endgame positions each eval answers (eval/endgame.py); 0: none
-    best_by: str = "wins"  # RUN/best: the most held-out wins, or the best endgame closing rate ("endgame")
+    steps: int = knob(100, "Total steps (GRPO updates + expert-iteration rounds).", range=(1, 10_000_000),
+                      flag="--steps")
+    schedule: str = knob("grpo:4,ei:1", 'Phases in turn, e.g. "grpo:4,ei:1".', flag="--schedule")
+    seed: int = knob(0, "Seed of every random choice: the same seed gives the same result.", range=(0, MAX_SEED),
+                     flag="--seed")
+    checkpoint_every: int = knob(10, "Steps between checkpoints.", range=(1, 10_000_000), flag="--checkpoint-every")
+    keep_checkpoints: int = knob(2, "Checkpoints kept on disk, the latest ones.", range=(1, 1000))
+    secrets: str = knob("answers", "The list secrets come from (held-out words are always excluded).",
+                        choices=SECRET_KINDS)
+    dtype: str = knob("auto", "Weights' dtype: auto (float32 on a CPU, bfloat16 on a GPU), float32, bfloat16 or "
+                              "float16; the adapter stays float32.", choices=DTYPE_CHOICES, flag="--dtype")
+    eval_every: int = knob(10, "Steps between held-out validation evals; the best is kept as OUT/best (0: none).",
+                           range=(0, 10_000_000), flag="--eval-every")
+    eval_games: int = knob(32, "Held-out validation games per eval, the same ones every time (0: none).",
+                           range=(0, 100_000), flag="--eval-games")
+    eval_endgame: int = knob(0, "Held-out validation endgame positions per eval (eval --endgame's benchmark; "
+                                "0: none).", range=(0, 100_000), flag="--eval-endgame")
+    best_by: str = knob("wins", "What OUT/best is chosen by: wins or endgame (the closing rate).", choices=BEST_BY,
+                        flag="--best-by")
     reward: RewardWeights = field(default_factory=RewardWeights)
     rollout: RolloutSettings = field(default_factory=RolloutSettings)
     grpo: GrpoSettings = field(default_factory=GrpoSettings)
@@ -61,28 +66,8 @@ class RLConfig:
         return dataclasses.asdict(self)
 
 
-# Allowed ranges, inclusive; "(" marks an open lower end. Keys not listed only need the right type.
-_INF = math.inf
-RANGES: dict[str, tuple[float, float] | tuple[float, float, str]] = {
-    "steps": (1, 10_000_000), "seed": (0, MAX_SEED), "checkpoint_every": (1, 10_000_000),
-    "keep_checkpoints": (1, 1000), "eval_every": (0, 10_000_000), "eval_games": (0, 100_000),
-    "eval_endgame": (0, 100_000), "rollout.endgame_candidates": (1, 50), "rollout.turns": (0, 6),
-    **{f"reward.{f.name}": (0.0, MAX_WEIGHT) for f in dataclasses.fields(RewardWeights)},
-    "rollout.group_size": (2, 256), "rollout.games_per_round": (1, 4096), "rollout.temperature": (0.0, MAX_TEMPERATURE, "("),
-    "rollout.top_p": (0.0, 1.0, "("), "rollout.max_tokens": (8, 4096), "rollout.batch_size": (1, 4096),
-    "rollout.max_history": (0, 5), "rollout.off_policy": (0.0, 1.0),
-    "grpo.learning_rate": (0.0, 1.0, "("), "grpo.warmup_steps": (0, 100_000), "grpo.tie_threshold": (0.0, MAX_WEIGHT),
-    "ei.warmup_steps": (0, 100_000), "ei.min_history": (0, 5), "grpo.clip_epsilon": (0.0, 1.0, "("), "grpo.kl_coef": (0.0, 100.0),
-    "grpo.micro_batch_tokens": (1, 10**7), "grpo.max_grad_norm": (0.0, _INF, "("), "grpo.updates_per_batch": (1, 64),
-    "grpo.groups_per_step": (1, 100_000), "grpo.max_rollouts": (1, 1000),
-    "ei.states_per_step": (1, 100_000), "ei.games_per_step": (1, 100_000), "ei.samples": (1, 256), "ei.threshold": (-_INF, _INF),
-    "ei.keep_per_state": (1, 256), "ei.sft_steps": (1, 100_000), "ei.batch_size": (1, 4096),
-    "ei.learning_rate": (0.0, 1.0, "("), "ei.replay": (0, 100_000), "ei.drill": (0, WIN),
-    "ei.drill_depth": (1, MAX_DRILL_DEPTH), "ei.drill_refused": (0.0, 1.0),
-    "lora.rank": (1, 1024), "lora.scale": (0.0, 1000.0, "("), "lora.dropout": (0.0, 1.0),
-}
-CHOICE_KEYS = {"secrets": SECRET_KINDS, "dtype": DTYPE_CHOICES, "best_by": BEST_BY, "rollout.choose": CHOICES, "rollout.start": STARTS, "grpo.advantage_scale": ADVANTAGE_SCALES,
-               "ei.positions": POSITIONS, "ei.expert": EXPERTS}
+# Every knob of a run by dotted key ("grpo.kl_coef"), as the settings declare it (common/knobs.py).
+KNOBS = {entry.key: entry for entry in declared(RLConfig)}
 
 
 def load_config_file(path: str | Path) -> dict:
@@ -178,15 +163,7 @@ def check_values(values: dict, flags: dict[str, str]) -> None:
     a bad flag is named as itself, not as a key of the file it would have overridden."""
     names = Names("options", flags)
     for dotted, value in values.items():
-        _check_value(dotted, value, _kind_of(dotted), names)
-
-
-def _kind_of(dotted: str) -> type:
-    cls = RLConfig
-    *parents, leaf = dotted.split(".")
-    for part in parents:
-        cls = typing.get_type_hints(cls)[part]
-    return typing.get_type_hints(cls)[leaf]
+        _check_value(dotted, value, names)
 
 
 def _check_heldout(config: RLConfig, names: Names) -> None:
@@ -220,14 +197,16 @@ def _build(cls, data, prefix: str, names: Names):
         if dataclasses.is_dataclass(kind):
             values[name] = _build(kind, data[name], key + ".", names)
         else:
-            values[name] = _check_value(key, data[name], kind, names)
+            values[name] = _check_value(key, data[name], names)
     config = cls(**values)
     if cls is RLConfig:
         config.phases  # noqa: B018 -- parses the schedule: a bad string fails here, with the others
     return config
 
 
-def _check_value(key: str, value, kind, names: Names):
+def _check_value(key: str, value, names: Names):
+    """`value` for the knob `key` as its declaration allows (a float from an int), or a UserError naming it."""
+    kind, spec = KNOBS[key].kind, KNOBS[key].knob
     what = f"{names.blame(key)}{names(key)}"
     if kind is bool:
         if not isinstance(value, bool):
@@ -243,17 +222,13 @@ def _check_value(key: str, value, kind, names: Names):
     elif kind is str:
         if not isinstance(value, str):
             raise UserError(f"{what} must be a string, got {_shown(value)}")
-        if key in CHOICE_KEYS and value not in CHOICE_KEYS[key]:
-            raise UserError(f"{what} must be one of {', '.join(CHOICE_KEYS[key])}, got {_shown(value)}")
+        if spec.choices and value not in spec.choices:
+            raise UserError(f"{what} must be one of {', '.join(spec.choices)}, got {_shown(value)}")
         if key == "schedule":
             parse_schedule(value)
         return value
-    if key in RANGES:
-        low, high, *open_low = RANGES[key]
-        below = value <= low if open_low else value < low
-        if below or value > high:
-            lower = f"> {low}" if open_low else f">= {low}"
-            raise UserError(f"{what} must be {lower} and <= {high}, got {_shown(value)}")
+    if spec.range is not None and not spec.range.holds(value):
+        raise UserError(f"{what} must be {spec.range}, got {_shown(value)}")
     return value
 
 

@@ -30,6 +30,7 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_map
 
+from common.knobs import knob
 from llm.format import Rejection, messages, prompt_tokens
 from llm.generation import sample
 from rl.optimizer import rl_optimizer
@@ -39,9 +40,10 @@ from sft.cot import check_thought, expert_answer, truthful_answer
 from sft.data import Conversation
 from sft.lora import trainable_weights
 from llm.histories import sample_rejections
-from sft.states import StartState
+from sft.states import MAX_DRILL_DEPTH, StartState
 from sft.trainer import OptimizerSettings, SFTTrainer
-from solver.policy import Policy
+from solver.feedback import WIN
+from solver.policy import EXPERTS, Policy
 
 
 POSITIONS = ("played", "sampled")
@@ -49,33 +51,41 @@ POSITIONS = ("played", "sampled")
 
 @dataclass(frozen=True)
 class EISettings:
-    positions: str = "played"  # every position of games the model plays, or the start states alone
+    positions: str = knob("played", "Every position of games the model plays, or the start states alone.",
+                          choices=POSITIONS)
     # Whose move a position is taught where no sample passes: the solver's, or its best
     # among the words that can still be the secret (solver/policy.py CandidatePolicy).
-    expert: str = "solver"
-    games_per_step: int = 2  # games played per step ("played")
-    states_per_step: int = 8  # start states per step ("sampled")
+    expert: str = knob("solver", "The teacher where no sample passes: the solver's moves, or its best possible "
+                                 "answer.", choices=EXPERTS)
+    games_per_step: int = knob(2, "Games the model plays per step (positions \"played\").", range=(1, 100_000))
+    states_per_step: int = knob(8, "Start states per step (positions \"sampled\").", range=(1, 100_000))
     # Earliest turn trained: the empty board's answer is always the solver's opener, and
     # drilling it made the model answer that word again at turn 2 (57 of its 71 repeats).
-    min_history: int = 1
-    samples: int = 4  # answers sampled per state (K)
-    threshold: float = 1.6  # guess quality (reward without the thought) at or above which a move is kept
-    keep_per_state: int = 1  # most answers kept per state (best first)
-    sft_steps: int = 2  # SFT updates per expert-iteration step
-    batch_size: int = 4
-    learning_rate: float = 1e-4  # a LoRA adapter, a few SFT steps per round
-    warmup_steps: int = 2  # updates over which the rate ramps up to learning_rate
-    replay: int = 0  # expert demonstrations at fresh start states added to each step's targets
+    min_history: int = knob(1, "Earliest turn trained (earlier turns before it).", range=(0, 5))
+    samples: int = knob(4, "Answers sampled per state (K).", range=(1, 256))
+    threshold: float = knob(1.6, "Guess quality (reward without the thought) at or above which a move is kept.",
+                            range=(-math.inf, math.inf))
+    keep_per_state: int = knob(1, "Most answers kept per state (best first).", range=(1, 256))
+    sft_steps: int = knob(2, "SFT updates per expert-iteration step.", range=(1, 100_000))
+    batch_size: int = knob(4, "Targets per SFT update.", range=(1, 4096))
+    # a LoRA adapter, a few SFT steps per round
+    learning_rate: float = knob(1e-4, "Expert-iteration learning rate.", range=(0.0, 1.0), open_low=True)
+    warmup_steps: int = knob(2, "Updates over which the rate ramps up to learning_rate.", range=(0, 100_000))
+    replay: int = knob(0, "The expert's moves at fresh start states added to each step's targets (0: none).",
+                       range=(0, 100_000))
     # The expert's moves at the `drill` positions its own games reach most often after each of its
     # first `drill_depth` moves (sft/states.py frequent_positions), added to every step's targets:
     # the same positions each step, so they are taught until they stick (results/rl-drill/).
-    drill: int = 0
-    drill_depth: int = 1
+    drill: int = knob(0, "Positions after the opener (those most secrets lead to) taught at every step (0: none).",
+                      range=(0, WIN))
+    drill_depth: int = knob(1, "Drill the positions after each of the expert's first N moves, not just its opener.",
+                            range=(1, MAX_DRILL_DEPTH))
     # Share of the drilled prompts, drawn anew each step, that name one or two answers refused at
     # that turn (llm/histories.py sample_rejections), as eval names them: a model drilled without
     # them gave a drilled answer again once it had been refused; with half of them it still
     # did at the positions not drilled (results/rl-drill/, D5).
-    drill_refused: float = 0.0
+    drill_refused: float = knob(0.0, "Share of the drilled prompts that name one or two refused answers.",
+                                range=(0.0, 1.0))
 
 
 @dataclass(frozen=True)

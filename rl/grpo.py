@@ -49,12 +49,14 @@ from mlx.utils import tree_map
 from mlx_lm.models.cache import create_attention_mask
 from mlx_lm.tuner.lora import LoRAEmbedding, LoRALinear, LoRASwitchLinear
 
+from common.errors import UserError
+from common.knobs import knob
 from llm import distributed
 from llm.generation import STOP_TEXT, Completion
 from llm.tolerance import logit_tolerance, weight_dtype
 from rl.optimizer import rl_optimizer
+from rl.reward import MAX_WEIGHT
 from rl.rollout import Group, Rollout
-from solver.errors import UserError
 
 _LORA_TYPES = (LoRALinear, LoRASwitchLinear, LoRAEmbedding)
 ADVANTAGE_SCALES = ("batch", "group", "none")
@@ -63,18 +65,26 @@ KL_LOG_RATIO_CLAMP, KL_TOKEN_CLAMP = 20.0, 10.0
 
 @dataclass(frozen=True)
 class GrpoSettings:
-    learning_rate: float = 5e-5  # a LoRA adapter: about 10x what full fine-tuning would use
-    warmup_steps: int = 2  # updates over which the rate ramps up to learning_rate
-    clip_epsilon: float = 0.2
-    kl_coef: float = 0.04
-    advantage_scale: str = "batch"  # divide centred rewards by the batch's std, the group's, or "none"
-    tie_threshold: float = 0.05  # groups whose rewards span less than this are dropped
-    micro_batch_tokens: int = 640  # answer positions per pass: a pipeline group (4 x 160) is one graph
-    max_grad_norm: float = 1.0
-    updates_per_batch: int = 1  # optimizer steps on one batch of groups (>1 makes the ratio clip bite)
-    groups_per_step: int = 8  # informative groups wanted per step
-    max_rollouts: int = 4  # rounds of fresh games tried to find them
-    expert_in_group: bool = False  # ei.expert's answer joins every group as one more member (rl/guidance.py)
+    # a LoRA adapter: about 10x what full fine-tuning would use
+    learning_rate: float = knob(5e-5, "GRPO learning rate.", range=(0.0, 1.0), open_low=True, flag="--lr")
+    warmup_steps: int = knob(2, "Updates over which the rate ramps up to learning_rate.", range=(0, 100_000))
+    clip_epsilon: float = knob(0.2, "How far the probability ratio may move before its gradient is clipped.",
+                               range=(0.0, 1.0), open_low=True)
+    kl_coef: float = knob(0.04, "Weight of the KL to the adapter-free model.", range=(0.0, 100.0), flag="--kl-coef")
+    advantage_scale: str = knob("batch", "Divide centred rewards by the batch's std, the group's, or none.",
+                                choices=ADVANTAGE_SCALES)
+    tie_threshold: float = knob(0.05, "Groups whose rewards span less than this are dropped.",
+                                range=(0.0, MAX_WEIGHT))
+    # a pipeline group (4 x 160) is one graph
+    micro_batch_tokens: int = knob(640, "Answer positions (padding included) per GRPO forward/backward pass.",
+                                   range=(1, 10**7), flag="--micro-batch-tokens")
+    max_grad_norm: float = knob(1.0, "Gradients are clipped to this global norm.", range=(0.0, math.inf),
+                                open_low=True)
+    updates_per_batch: int = knob(1, "Optimizer steps on one batch of groups (>1 makes the ratio clip bite).",
+                                  range=(1, 64))
+    groups_per_step: int = knob(8, "Informative groups wanted per GRPO step.", range=(1, 100_000), flag="--groups")
+    max_rollouts: int = knob(4, "Rounds of fresh games tried to find them.", range=(1, 1000))
+    expert_in_group: bool = knob(False, "ei.expert's answer joins every group as one more member (rl/guidance.py).")
 
 
 def advantages(rewards: list[np.ndarray], scale: str, eps: float = 1e-6,

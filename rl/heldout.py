@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from common.errors import UserError
+from common.fileio import atomic_write_json
 from eval.validation import rank
 from rl.policy import RLPolicy
-from solver.errors import UserError
-from solver.fileio import atomic_write_json
 
 BEST_BY = ("wins", "endgame")
 ENDGAME = "endgame_"  # held-out endgame figures, inside a held-out record: heldout_endgame_closed_rate

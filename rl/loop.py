@@ -35,23 +35,23 @@ from eval.endgame import EndgameEval
 from eval.splits import held_out_validation, trainable
 from eval.validation import HeldOutEval
 from llm import distributed
+from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from llm.generation import SamplingSettings
 from llm.loading import portable_spec
-from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from rl.config import RLConfig, build_config, load_config_file
 from rl.expert_iteration import ExpertIteration
 from rl.grpo import GrpoLearner, collect_groups
 from rl.guidance import ExpertGuide, guidance_figures
 from rl.heldout import (BEST_DIR, BEST_FILE, ENDGAME, BestSoFar, figures_of, heldout_record, heldout_summary,
                         is_training_step)
+from common.errors import UserError
+from common.fileio import atomic_replace_dir, atomic_write_json
 from rl.policy import load_policy
 from rl.reward import RewardScorer
 from rl.rollout import play
 from sft.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
 from sft.run import MetricsLog
 from sft.states import frequent_positions, sample_endgame_states, sample_start_states
-from solver.errors import UserError
-from solver.fileio import atomic_replace_dir, atomic_write_json
 from solver.policy import expert_policy
 
 CONFIG_FILE = "config.json"
@@ -118,8 +118,8 @@ def _read_run_file(path: Path) -> dict:
 
 def run_rl(request: RunRequest) -> dict | None:
     """The run's summary; None on the processes other than rank 0 under mlx.launch. Rank 0
-    holds the run folder's lock (solver/run_lock.py) from the first check to the last write."""
-    from solver.run_lock import run_lock
+    holds the run folder's lock (common/run_lock.py) from the first check to the last write."""
+    from common.run_lock import run_lock
 
     if not distributed.world().is_main:
         return _run_rl(request)

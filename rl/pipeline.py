@@ -16,32 +16,25 @@ pipeline's RL stage 17-24 (results/rl-replay/).
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from rich.console import Console
 from rich.table import Table
 
+from common.errors import UserError
+from common.fileio import atomic_write_json, read_json
+from common.options import flag
 from eval.paired import improvement_verdict
 from eval.report import FIGURES
 from llm import distributed
 from llm.generation import SamplingSettings
-from rl.schedule import parse_schedule
+from rl.config import RLConfig, build_config
 from sft.gen_data import MAX_GAMES
 from sft.run_folder import claim, refuse_changes
-from sft.states import MAX_DRILL_DEPTH
-from solver.errors import UserError
-from solver.feedback import WIN  # the last pattern: as many patterns as a drill can teach
-from solver.fileio import atomic_write_json, read_json
-from solver.options import flag
 
 STAGES_FILE = "stages.json"
-# The pipeline's flags behind RL config keys: an RL check names the flag the user gave.
-RL_FLAGS = {"steps": "--rl-steps", "schedule": "--rl-schedule", "seed": "--seed", "rollout.group_size": "--group-size",
-            "ei.expert": "--expert", "ei.replay": "--ei-replay", "ei.drill": "--ei-drill",
-            "ei.drill_depth": "--ei-drill-depth", "rollout.start": "--rl-start", "rollout.turns": "--rl-turns",
-            "dtype": "--dtype"}
 MODELS = ("base", "sft", "rl")
 RECIPES = ("auto", "cpu", "gpu")
 # The main job on a GPU (CUDA or Metal): the SFT of ../shared/adapters/gpu-sft-2400 (2,400 steps of
@@ -63,67 +56,81 @@ def recipe_for(name: str, device=None) -> dict:
     return dict(GPU_RECIPE) if name == "gpu" else {}
 
 
+RL_KEY = "rl_key"  # the metadata key of a pipeline setting that is an RL knob
+
+
+def rl_knob(key: str, default: Any) -> Any:
+    """A pipeline setting that is the RL knob `key` (rl/config.py KNOBS) under the pipeline's own
+    name and default: its type, range and choices are that knob's, checked by `build_config`."""
+    return field(default=default, metadata={RL_KEY: key})
+
+
 @dataclass(frozen=True)
 class PipelineSettings:
     """Small-scale defaults: at most 35 minutes on a 2-core CPU with the default model."""
 
     model: str = "default"
-    seed: int = 0
+    seed: int = rl_knob("seed", 0)
     sft_games: int = 300
     # The teacher of SFT data and expert iteration (solver/policy.py EXPERTS): its best word among
     # those that can still be the secret gave the stronger SFT start (format-valid 58.7% against
     # 31.4% on the same 32 test secrets, results/pipeline-candidates/).
-    expert: str = "candidates"
+    expert: str = rl_knob("ei.expert", "candidates")
     max_history: int = 3
     sft_iters: int = 40
     sft_lr: float = 5e-4
     sft_batch: int = 4
     sft_rank: int = 8
-    rl_steps: int = 4
-    rl_schedule: str = "ei:3,grpo:1"
-    group_size: int = 4
-    rl_games: int = 2
-    rl_eval_games: int = 16  # validation games RL plays to choose its best policy
-    rl_eval_every: int = 0  # 0: no validation evals, RL's last policy is compared
-    rl_start: str = "any"  # RL start states: "endgame" starts where 1-6 candidates are left (rollout.start)
-    rl_turns: int = 0  # groups per RL game: 0 to the end, 1 single-turn (rollout.turns)
-    rl_eval_endgame: int = 0  # validation endgame positions per RL eval; > 0 chooses RL/best by their closing rate
-    ei_lr: float = 3e-4
-    ei_sft_steps: int = 8  # with the replayed demonstrations, about every target once (results/rl-replay/)
-    ei_games: int = 4  # games the model plays per expert-iteration step; every position they reach is taught
-    ei_samples: int = 2  # answers sampled per position (one advances the game; a good one is kept)
+    rl_steps: int = rl_knob("steps", 4)
+    rl_schedule: str = rl_knob("schedule", "ei:3,grpo:1")
+    group_size: int = rl_knob("rollout.group_size", 4)
+    rl_games: int = rl_knob("rollout.games_per_round", 2)
+    rl_eval_games: int = rl_knob("eval_games", 16)  # validation games RL plays to choose its best policy
+    rl_eval_every: int = rl_knob("eval_every", 0)  # 0: no validation evals, RL's last policy is compared
+    rl_start: str = rl_knob("rollout.start", "any")  # "endgame" starts where 1-6 candidates are left
+    rl_turns: int = rl_knob("rollout.turns", 0)  # groups per RL game: 0 to the end, 1 single-turn
+    # validation endgame positions per RL eval; > 0 chooses RL/best by their closing rate
+    rl_eval_endgame: int = rl_knob("eval_endgame", 0)
+    ei_lr: float = rl_knob("ei.learning_rate", 3e-4)
+    # with the replayed demonstrations, about every target once (results/rl-replay/)
+    ei_sft_steps: int = rl_knob("ei.sft_steps", 8)
+    # games the model plays per expert-iteration step; every position they reach is taught
+    ei_games: int = rl_knob("ei.games_per_step", 4)
+    ei_samples: int = rl_knob("ei.samples", 2)  # answers sampled per position (one advances the game)
     # The expert's moves at fresh start states added to each expert-iteration step: without them
     # the updates unlearned the opener (13 of 32 playable, SFT 26; results/rl-replay/).
-    ei_replay: int = 16
+    ei_replay: int = rl_knob("ei.replay", 16)
     # The expert's moves at the positions after its opener that most training secrets lead to,
     # taught at every expert-iteration step (0: none; results/rl-drill/).
-    ei_drill: int = 0
-    ei_drill_depth: int = 1  # drill after each of the expert's first N moves (ei.drill_depth)
-    grpo_lr: float = 1e-4
-    grpo_groups: int = 4  # informative groups per GRPO step, from one round of games
+    ei_drill: int = rl_knob("ei.drill", 0)
+    ei_drill_depth: int = rl_knob("ei.drill_depth", 1)  # drill after each of the expert's first N moves
+    grpo_lr: float = rl_knob("grpo.learning_rate", 1e-4)
+    grpo_groups: int = rl_knob("grpo.groups_per_step", 4)  # informative groups per GRPO step, from one round
     eval_games: int = 32  # test games per model in the comparison
-    max_tokens: int = 160  # the longest solver answer is ~130 tokens
-    dtype: str = "auto"  # the weights' dtype in every stage (llm/loading.py)
+    max_tokens: int = rl_knob("rollout.max_tokens", 160)  # the longest solver answer is ~130 tokens
+    dtype: str = rl_knob("dtype", "auto")  # the weights' dtype in every stage (llm/loading.py)
 
     def check(self) -> None:
+        """Every stage's settings, before the first stage runs: a bad --group-size must not cost a
+        gen-sft and an SFT run. The RL knobs are checked as the RL config checks them."""
         if self.sft_games > MAX_GAMES:
             raise UserError(f"--sft-games must be at most {MAX_GAMES:,}, got {self.sft_games}")
-        for name in ("sft_games", "sft_iters", "rl_steps", "group_size", "rl_games", "rl_eval_games", "ei_sft_steps",
-                     "ei_games", "ei_samples",
-                     "grpo_groups", "eval_games", "max_tokens"):
+        for name in ("sft_games", "sft_iters", "eval_games"):
             if getattr(self, name) <= 0:
                 raise UserError(f"{flag(name)} must be positive, got {getattr(self, name)}")
-        if self.ei_replay < 0:
-            raise UserError(f"--ei-replay must be 0 (none) or positive, got {self.ei_replay}")
-        if not 0 <= self.ei_drill <= WIN:
-            raise UserError(f"--ei-drill must be 0 (none) to {WIN}, got {self.ei_drill}")
-        if not 1 <= self.ei_drill_depth <= MAX_DRILL_DEPTH:
-            raise UserError(f"--ei-drill-depth must be 1 to {MAX_DRILL_DEPTH}, got {self.ei_drill_depth}")
-        if self.rl_eval_every < 0:
-            raise UserError(f"--rl-eval-every must be 0 (off) or positive, got {self.rl_eval_every}")
-        parse_schedule(self.rl_schedule)  # a bad --rl-schedule fails before gen-sft and SFT run
-        if self.group_size < 2:
-            raise UserError(f"--group-size must be at least 2 (GRPO compares answers), got {self.group_size}")
+        self.rl_config()
+
+    def rl_config(self) -> RLConfig:
+        """The RL stage's config: the RL knobs set here, and what the pipeline fixes (a checkpoint
+        every step, one round of games per GRPO step, RL/best by what the validation evals play)."""
+        knobs = {f.metadata[RL_KEY]: getattr(self, f.name) for f in fields(self) if RL_KEY in f.metadata}
+        fixed = {"checkpoint_every": 1, "grpo.max_rollouts": 1,
+                 "best_by": "endgame" if self.rl_eval_endgame else "wins"}
+        return build_config({}, {**knobs, **fixed}, "pipeline", RL_FLAGS)
+
+
+# The pipeline's flag behind each RL knob it sets: an RL check names the flag the user gave.
+RL_FLAGS = {f.metadata[RL_KEY]: flag(f.name) for f in fields(PipelineSettings) if RL_KEY in f.metadata}
 
 
 class Stages:
@@ -172,9 +179,9 @@ def _recorded_settings(path: Path, saved) -> PipelineSettings:
 
 def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = True,
                  given: frozenset[str] | None = None, resume: bool = False) -> dict:
-    """Every stage not done yet, holding OUT's lock (solver/run_lock.py) throughout; a pipeline run
+    """Every stage not done yet, holding OUT's lock (common/run_lock.py) throughout; a pipeline run
     already in `out` continues with its own settings (`Stages`)."""
-    from solver.run_lock import run_lock
+    from common.run_lock import run_lock
 
     settings.check()
     if distributed.world().size > 1:
@@ -187,7 +194,6 @@ def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = Tr
 def _run_pipeline(out: Path, stages: Stages, show_progress: bool) -> dict:
     from eval.run import ModelSpec, run_eval
     from llm.loading import resolve_model
-    from rl.config import build_config
     from rl.loop import RunRequest, run_rl
     from sft.checkpoint import latest_checkpoint
     from sft.gen_command import generate_dataset
@@ -202,21 +208,7 @@ def _run_pipeline(out: Path, stages: Stages, show_progress: bool) -> dict:
                            learning_rate=settings.sft_lr, batch_size=settings.sft_batch, rank=settings.sft_rank, eval_every=settings.sft_iters, eval_games=0,
                            save_every=max(1, settings.sft_iters // 4), seed=settings.seed, dtype=settings.dtype)
     sft_config.check()
-    rl_config = build_config({}, {"steps": settings.rl_steps, "schedule": settings.rl_schedule,
-                                  "seed": settings.seed, "rollout.group_size": settings.group_size,
-                                  "rollout.games_per_round": settings.rl_games,
-                                  "rollout.max_tokens": settings.max_tokens, "checkpoint_every": 1,
-                                  "eval_games": settings.rl_eval_games, "eval_every": settings.rl_eval_every,
-                                  "ei.learning_rate": settings.ei_lr, "ei.sft_steps": settings.ei_sft_steps,
-                                  "ei.games_per_step": settings.ei_games, "ei.expert": settings.expert, "ei.samples": settings.ei_samples,
-                                  "ei.replay": settings.ei_replay, "ei.drill": settings.ei_drill,
-                                  "ei.drill_depth": settings.ei_drill_depth,
-                                  "grpo.learning_rate": settings.grpo_lr, "grpo.groups_per_step": settings.grpo_groups,
-                                  "grpo.max_rollouts": 1, "rollout.start": settings.rl_start,
-                                  "rollout.turns": settings.rl_turns, "dtype": settings.dtype,
-                                  "eval_endgame": settings.rl_eval_endgame,
-                                  "best_by": "endgame" if settings.rl_eval_endgame else "wins"},
-                             "pipeline", RL_FLAGS)
+    rl_config = settings.rl_config()
     resolve_model(settings.model)
     out.mkdir(parents=True, exist_ok=True)
     console = Console()

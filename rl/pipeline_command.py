@@ -6,13 +6,14 @@ from pathlib import Path
 
 import click
 
+from common.options import given_params, json_option, seed_option, writable_folder
 from llm.options import dtype_option
 from rl.pipeline import RECIPES, PipelineSettings, recipe_for
 from rl.rollout import STARTS
-from solver.options import given_params, json_option, seed_option, writable_folder
 from solver.policy import EXPERTS
 
 DEFAULT = PipelineSettings()
+
 
 @click.command("pipeline")
 @click.option("--out", required=True, type=click.Path(file_okay=False), callback=writable_folder,
@@ -45,9 +46,7 @@ DEFAULT = PipelineSettings()
 @click.option("--resume", is_flag=True, help="Continue the pipeline in --out (running the same command again does "
                                              "too); flags left out are the run's own.")
 @json_option
-def pipeline_command(out, model, seed, sft_games, expert, sft_iters, rl_steps, rl_schedule, ei_replay, ei_drill,
-                     ei_drill_depth, group_size, rl_start, rl_turns, eval_games, dtype, recipe, resume,
-                     json_path) -> None:
+def pipeline_command(out, recipe, resume, json_path, **flags) -> None:
     """Teach the model Wordle end to end and compare base, SFT and RL on held-out secrets.
 
     Run the same command again to continue the pipeline in --out: finished stages are
@@ -56,12 +55,9 @@ def pipeline_command(out, model, seed, sft_games, expert, sft_iters, rl_steps, r
     """
     from rich.console import Console
 
+    from common.fileio import atomic_write_json
     from rl.pipeline import comparison_table, run_pipeline
-    from solver.fileio import atomic_write_json
 
-    flags = dict(model=model, seed=seed, sft_games=sft_games, expert=expert, sft_iters=sft_iters, rl_steps=rl_steps,
-                 rl_schedule=rl_schedule, ei_replay=ei_replay, ei_drill=ei_drill, ei_drill_depth=ei_drill_depth,
-                 group_size=group_size, rl_start=rl_start, rl_turns=rl_turns, eval_games=eval_games, dtype=dtype)
     given = given_params(click.get_current_context())
     settings = PipelineSettings(**{**flags, **recipe_for(recipe), **{k: v for k, v in flags.items() if k in given}})
     summary = run_pipeline(Path(out), settings, given=given, resume=resume)

@@ -21,10 +21,10 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.tuner.lora import LoRALinear
 
+from common.errors import UserError
 from llm.adapter_files import read_adapter_config, save_adapter
 from sft.fuse import fuse_layers
 from sft.lora import AdapterSettings, attach_adapter
-from solver.errors import UserError
 
 LoraPair = tuple[mx.array, mx.array, float]  # lora_a (in, r), lora_b (r, out), scale
 

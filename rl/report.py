@@ -16,12 +16,12 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from common.errors import UserError
+from common.progress import progress_bar
 from eval.report import is_number
 from eval.validation import FIGURES as HELD_OUT_FIGURES
 from rl.heldout import ENDGAME, PREFIX, is_training_step
 from sft.run import MetricsLog
-from solver.errors import UserError
-from solver.progress import progress_bar
 
 SPARKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 60
@@ -201,7 +201,7 @@ def write_png(series: dict[str, dict[str, list]], path: str | Path, title: str) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from solver.fileio import atomic_write
+    from common.fileio import atomic_write
 
     held_out = [name for name in series if name.startswith((PREFIX, SFT_PREFIX))]
     columns = [[name for name in series if name not in held_out], held_out]

@@ -33,11 +33,12 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 from numba import njit
 
+from common.errors import UserError
+from common.knobs import knob
 from llm.format import FORMAT_FAILURES, parse_answer
 from sft.cot import check_thought
 from solver.entropy import score_rows
 from solver.entropy_bound import EntropyBound
-from solver.errors import UserError
 from solver.feedback import WIN, feedback_code
 from solver.setup import Setup
 from solver.state import MAX_GUESSES, GameState
@@ -51,14 +52,16 @@ MAX_WEIGHT = 100.0
 class RewardWeights:
     """Weights of the components, all >= 0 (`speed` is the extra for a fast win)."""
 
-    format: float = 0.2
-    valid: float = 0.3
-    consistent: float = 0.3
-    possible: float = 0.2
-    info: float = 1.0
-    thought: float = 0.5
-    win: float = 2.0
-    speed: float = 1.0  # extra for a win on the first guess, falling linearly to 0 on the last
+    format: float = knob(0.2, "Credit for an answer in the answer format.", range=(0.0, MAX_WEIGHT))
+    valid: float = knob(0.3, "Credit for a guess the game accepts.", range=(0.0, MAX_WEIGHT))
+    consistent: float = knob(0.3, "Credit for a guess that fits all feedback so far.", range=(0.0, MAX_WEIGHT))
+    possible: float = knob(0.2, "Credit for a guess that can still be the secret.", range=(0.0, MAX_WEIGHT))
+    info: float = knob(1.0, "Weight of the guess's entropy over the best available.", range=(0.0, MAX_WEIGHT))
+    thought: float = knob(0.5, "Weight of the share of the thought's sentences that are true.",
+                          range=(0.0, MAX_WEIGHT))
+    win: float = knob(2.0, "Credit for guessing the secret.", range=(0.0, MAX_WEIGHT))
+    speed: float = knob(1.0, "Extra for a win on the first guess, falling linearly to 0 on the last.",
+                        range=(0.0, MAX_WEIGHT))
 
     def vector(self) -> np.ndarray:
         return np.array([getattr(self, f.name) for f in fields(self)], dtype=np.float64)

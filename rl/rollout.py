@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from common.knobs import knob
 from eval.harness import GameRecord
 from llm.format import Rejection, prompt_tokens
-from llm.generation import Completion, GroupStream, SamplingSettings, shared_prefix_length
+from llm.generation import MAX_TEMPERATURE, Completion, GroupStream, SamplingSettings, shared_prefix_length
 from llm.histories import ENDGAME_CANDIDATES
 from rl.reward import COMPONENTS, GroupRewards, RewardScorer
 from sft.states import StartState
@@ -28,18 +29,30 @@ STARTS = ("any", "endgame")  # start states: 0..max_history earlier turns, or an
 
 @dataclass(frozen=True)
 class RolloutSettings:
-    group_size: int = 8  # answers sampled at each position
-    games_per_round: int = 4  # fresh games started each time more groups are wanted
-    choose: str = "sampled"  # which member advances the game: "best" or "sampled"
-    temperature: float = SamplingSettings.temperature  # eval's: training answers are the answers eval sees
-    top_p: float = 1.0
-    max_tokens: int = SamplingSettings.max_tokens  # room for the longest solver answer (~130 tokens)
-    batch_size: int = 32  # sequences generated at once, across games and group members
-    max_history: int = 4  # start states carry 0..max_history earlier turns (sft/states.py)
-    off_policy: float = 0.5  # share of those turns played by a weaker stand-in, not the solver
-    start: str = "any"  # "endgame": start where 1..endgame_candidates candidates are left (llm/histories.py)
-    endgame_candidates: int = ENDGAME_CANDIDATES
-    turns: int = 0  # groups asked per game before it stops: 0 plays to the end, 1 is single-turn
+    group_size: int = knob(8, "Answers sampled per position (G).", range=(2, 256), flag="--group-size")
+    games_per_round: int = knob(4, "Fresh games per rollout round (started each time more groups are wanted).",
+                                range=(1, 4096), flag="--games")
+    choose: str = knob("sampled", "Which member advances the game: the best, or one sampled (later turns stay "
+                                  "on-policy).", choices=CHOICES)
+    # eval's: training answers are the answers eval sees
+    temperature: float = knob(SamplingSettings.temperature, "Sampling temperature of the answers.",
+                              range=(0.0, MAX_TEMPERATURE), open_low=True, flag="--temperature")
+    top_p: float = knob(1.0, "Nucleus sampling: the smallest set of tokens with this much probability.",
+                        range=(0.0, 1.0), open_low=True)
+    # room for the longest solver answer (~130 tokens)
+    max_tokens: int = knob(SamplingSettings.max_tokens, "Longest answer sampled.", range=(8, 4096),
+                           flag="--max-tokens")
+    batch_size: int = knob(32, "Sequences generated at once, across games and group members.", range=(1, 4096),
+                           flag="--batch-size")
+    max_history: int = knob(4, "Start states carry 0..max_history earlier turns (sft/states.py).", range=(0, 5))
+    off_policy: float = knob(0.5, "Share of those turns played by a weaker stand-in, not the solver.",
+                             range=(0.0, 1.0))
+    start: str = knob("any", "Start states: any (0-4 earlier turns) or endgame (1-6 candidates left).",
+                      choices=STARTS, flag="--start")
+    endgame_candidates: int = knob(ENDGAME_CANDIDATES, "Most candidates left at an endgame start (llm/histories.py).",
+                                   range=(1, 50))
+    turns: int = knob(0, "Groups asked per game: 0 plays to the end, 1 is single-turn.", range=(0, 6),
+                      flag="--turns")
 
     @property
     def sampling(self) -> SamplingSettings:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from solver.errors import UserError
+from common.errors import UserError
 
 PHASES = ("grpo", "ei")
 

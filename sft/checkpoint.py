@@ -39,11 +39,11 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 from mlx.utils import tree_flatten
 
+from common.errors import UserError
+from common.fileio import atomic_replace_dir, atomic_write_text, parse_json, read_text
 from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS, write_adapter
 from llm.loading import refuse_nonfinite
 from sft.lora import trainable_weights
-from solver.errors import UserError
-from solver.fileio import atomic_replace_dir, atomic_write_text, parse_json, read_text
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
+from common.options import given_params, json_option, seed_option, writable_folder
 from llm.options import dtype_option
-from solver.options import given_params, json_option, seed_option, writable_folder
 
 
 @click.command("sft")
@@ -49,8 +49,8 @@ def sft(model, data, out, adapter, iters, rank, learning_rate, warmup, batch_siz
     """
     from rich.console import Console
 
+    from common.fileio import atomic_write_json
     from sft.run import SFTConfig, run_sft
-    from solver.fileio import atomic_write_json
 
     config = SFTConfig(model=model, data=data, out=out, adapter=adapter, iters=iters, rank=rank,
                        learning_rate=learning_rate, batch_size=batch_size, max_seq_len=max_seq_len, full=full,

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from mlx_lm.tuner.datasets import ChatDataset
 
-from solver.errors import UserError
-from solver.fileio import parse_json, read_json, read_jsonl
+from common.errors import UserError
+from common.fileio import parse_json, read_json, read_jsonl
 
 Conversation = list[dict[str, str]]
 # mlx-lm's tokenized example: (token ids of the whole chat, number of prompt tokens).

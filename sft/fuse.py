@@ -16,10 +16,10 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_unflatten
 
+from common.errors import UserError
+from common.fileio import atomic_replace_dir
 from llm.generation import SamplingSettings, sample
 from llm.loading import load_model, resolve_model
-from solver.errors import UserError
-from solver.fileio import atomic_replace_dir
 
 QUANTIZATION_KEYS = ("quantization", "quantization_config")
 

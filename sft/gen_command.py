@@ -10,11 +10,12 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from sft.gen_data import MAX_GAMES
+from common.errors import UserError
+from common.fileio import atomic_replace_dir, atomic_write_json
+from common.options import FiniteFloat, json_option, replaced_folder, seed_option
 from llm.histories import DEFAULT_REJECTED
-from solver.errors import UserError
-from solver.fileio import atomic_replace_dir, atomic_write_json
-from solver.options import FiniteFloat, json_option, replaced_folder, seed_option, solver_options, word_list_options
+from sft.gen_data import MAX_GAMES
+from solver.options import solver_options, word_list_options
 from solver.policy import EXPERTS, SolverSettings
 
 
@@ -50,7 +51,7 @@ def gen_sft(out, games, secrets, answers, allowed, hard, lookahead, top_k, exper
     """Play solver games and write one chain-of-thought example per solver turn, split by secret."""
     from rich.console import Console
 
-    from solver.run_lock import run_lock
+    from common.run_lock import run_lock
 
     check_out_path(Path(out))
     settings = SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k)
@@ -76,9 +77,9 @@ def generate_dataset(out: Path, games: int, secret_kind: str, answers: str | Non
 
     from sft.gen_data import (deal_games, play_examples, secrets_by_split, secrets_used, split_summary,
                               token_lengths, write_dataset)
+    from common.progress import progress_bar
     from solver.decision_store import remembered
     from solver.entropy import guess_score
-    from solver.progress import progress_bar
     from solver.policy import expert_policy
     from solver.setup import load_setup
 
@@ -187,8 +188,8 @@ def check_out_path(out: Path) -> None:
 def check_out_dir(out: Path, overwrite: bool) -> None:
     """Holding its lock: --out is empty, or a dataset that --overwrite may replace (never another
     command's output: sft/run_folder.py)."""
+    from common.run_lock import LOCK_FILE
     from sft.run_folder import claim
-    from solver.run_lock import LOCK_FILE
 
     claim(out, "gen-sft")
     if any(p.name != LOCK_FILE for p in out.iterdir()) and not overwrite:

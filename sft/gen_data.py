@@ -19,12 +19,12 @@ from typing import Callable
 
 import numpy as np
 
+from common.errors import UserError
 from eval.splits import trainable
 from llm.format import Rejection, messages
-from sft.cot import expert_move
 from llm.histories import SOLVER, sample_rejections
+from sft.cot import expert_move
 from sft.states import sample_start_state, secret_columns
-from solver.errors import UserError
 from solver.policy import Policy
 from solver.setup import Setup
 from solver.state import GameState

@@ -17,6 +17,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 from mlx_lm.tuner.utils import linear_to_lora_layers
 
+from common.knobs import knob
 from llm.adapter_files import ADAPTER_LEAVES, read_adapter_config
 
 
@@ -24,10 +25,10 @@ from llm.adapter_files import ADAPTER_LEAVES, read_adapter_config
 class AdapterSettings:
     """What to train. `scale` multiplies the low-rank update (mlx-lm's default, 20)."""
 
-    full: bool = False
-    rank: int = 8
-    scale: float = 20.0
-    dropout: float = 0.0
+    full: bool = knob(False, "Train every transformer layer instead of a LoRA adapter.")
+    rank: int = knob(8, "Rank of the low-rank update.", range=(1, 1024))
+    scale: float = knob(20.0, "Multiplier of the low-rank update.", range=(0.0, 1000.0), open_low=True)
+    dropout: float = knob(0.0, "Dropout on the adapter's input.", range=(0.0, 1.0))
 
 
 def attach_adapter(model: nn.Module, settings: AdapterSettings) -> dict:

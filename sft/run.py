@@ -26,6 +26,8 @@ from pathlib import Path
 
 import mlx.core as mx
 
+from common.errors import UserError
+from common.fileio import append_line, atomic_write_json, atomic_write_text, read_json, read_text
 from llm import distributed
 from llm.adapter_files import save_adapter
 from sft.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -33,8 +35,6 @@ from sft.data import SFTData, check_lengths, load_data_dir, prompt_of
 from sft.lora import AdapterSettings, attach_adapter, continue_adapter, trainable_weights
 from sft.run_folder import claim, continues, note_starts_again, refuse_changes
 from sft.trainer import BatchOrder, OptimizerSettings, SFTTrainer, collate
-from solver.errors import UserError
-from solver.fileio import append_line, atomic_write_json, atomic_write_text, read_json, read_text
 
 MAX_STEPS = 10_000_000  # as rl's steps
 VAL_EXAMPLES = 64  # validation loss on at most this many valid.jsonl examples: it runs every --eval-every steps
@@ -129,9 +129,9 @@ class MetricsLog:
 def run_sft(config: SFTConfig, resume: bool = False, fuse: bool = False, show_progress: bool = True,
             given: frozenset[str] | None = None) -> dict | None:
     """The run's summary; None on the processes other than rank 0 under mlx.launch. Rank 0
-    holds the run folder's lock (solver/run_lock.py) from the first check to the last write.
+    holds the run folder's lock (common/run_lock.py) from the first check to the last write.
     The same settings again continue the run in config.out (`continued`)."""
-    from solver.run_lock import run_lock
+    from common.run_lock import run_lock
 
     started = time.perf_counter()
     config.check()
@@ -256,7 +256,7 @@ def _run_sft(config: SFTConfig, resume: bool, fuse: bool, show_progress: bool, s
 
 def _train(trainer: SFTTrainer, train, order: BatchOrder, config: SFTConfig, start: int, metrics: MetricsLog,
            measure, out: Path, adapter_config: dict, trajectory: dict, show_progress: bool) -> None:
-    from solver.progress import progress_bar
+    from common.progress import progress_bar
 
     main = distributed.world().is_main
     progress = progress_bar("steps", disable=not show_progress)

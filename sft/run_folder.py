@@ -19,9 +19,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from solver.errors import UserError, note
-from solver.fileio import LEFTOVER
-from solver.run_lock import LOCK_FILE
+from common.errors import UserError, note
+from common.fileio import LEFTOVER
+from common.run_lock import LOCK_FILE
 
 
 @dataclass(frozen=True)

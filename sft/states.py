@@ -14,7 +14,7 @@ import numpy as np
 
 from llm.histories import (DEFAULT_OFF_POLICY, ENDGAME_CANDIDATES, ENDGAME_TRIES, SOLVER, endgame_history,
                            history_guess, pick_player)
-from solver.errors import UserError
+from common.errors import UserError
 from solver.feedback import WIN
 from solver.policy import Policy
 from solver.setup import Setup

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from solver.errors import UserError
-from solver.options import json_option, solver_options, word_list_options
+from common.errors import UserError
+from common.options import json_option
+from solver.options import solver_options, word_list_options
 
 
 @click.command()
@@ -46,6 +47,6 @@ def matrix_command(secrets, answers, allowed, repeat, json_path) -> None:
     result = benchmark_matrix(secrets, answers, allowed, repeat)
     show_benchmark(result)
     if json_path:
-        from solver.fileio import atomic_write_json
+        from common.fileio import atomic_write_json
 
         atomic_write_json(json_path, result)

@@ -23,9 +23,9 @@ from typing import Iterator
 
 import numpy as np
 
-from solver.cache_files import digest
-from solver.errors import note
-from solver.fileio import atomic_write, cache_dir
+from common.cache_files import digest
+from common.errors import note
+from common.fileio import atomic_write, cache_dir
 from solver.policy import Decision, EntropySolver
 
 _DECIDING_MODULES = ("policy.py", "lookahead.py", "safety.py", "entropy.py", "opener.py", "state.py", "feedback.py")

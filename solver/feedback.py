@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from solver.errors import UserError
+from common.errors import UserError
 
 WIN = 242
 GREY, YELLOW, GREEN = 0, 1, 2

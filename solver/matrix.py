@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from solver.cache_files import load_array, save_array
+from common.cache_files import load_array, save_array
+from common.fileio import cache_dir
 from solver.feedback import feedback_code
-from solver.fileio import cache_dir
 from solver.words import WordLists
 
 

@@ -16,8 +16,8 @@ from typing import Callable, Iterator
 import numpy as np
 from rich.progress import TaskID
 
+from common.progress import progress_bar
 from solver.feedback import WIN
-from solver.progress import progress_bar
 from solver.state import MAX_GUESSES, GameState
 
 OPENER_VERSION = 8  # part of the cache key: bump when the choice of opener changes

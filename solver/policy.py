@@ -21,10 +21,10 @@ from typing import Protocol
 
 import numpy as np
 
-from solver.cache_files import load_entry, save_entry
+from common.cache_files import load_entry, save_entry
+from common.fileio import cache_dir
 from solver.entropy import ROW_WISE_FROM, score_guesses
 from solver.entropy_bound import EntropyBound
-from solver.fileio import cache_dir
 from solver.feedback import WIN
 from solver.lookahead import FAIL_PENALTY, LOSS_LINE, distinct_splits, lookahead_costs
 from solver.opener import COMPLETE_OPENERS, OPENER_VERSION, best_opener, opener_shortlist_size, walk_progress

@@ -8,11 +8,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from common.errors import UserError
+from common.fileio import atomic_write_json
 from solver.display import tiles
 from solver.entropy import guess_score
-from solver.errors import UserError
 from solver.feedback import parse_pattern, pattern_to_string
-from solver.fileio import atomic_write_json
 from solver.policy import EntropySolver, SolverSettings
 from solver.setup import Setup
 from solver.state import GameState, state_from_history

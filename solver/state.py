@@ -12,7 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
-from solver.errors import UserError
+from common.errors import UserError
 from solver.feedback import GREEN, GREY, WIN, YELLOW, feedback_reference, pattern_to_digits
 from solver.words import WordLists, check_word_shape
 

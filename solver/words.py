@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.errors import UserError
-from solver.fileio import read_text
+from common.errors import UserError
+from common.fileio import read_text
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DEFAULT_ANSWERS = DATA_DIR / "answers.txt"

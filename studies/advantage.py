@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from common.errors import UserError
 from rl.grpo import ADVANTAGE_SCALES, advantages
 from rl.reward import RewardWeights
-from solver.errors import UserError
 
 THRESHOLDS = (0.0, 0.05, 0.1)
 NEAR_TIE = 0.1

@@ -23,6 +23,8 @@ import click
 import mlx.core as mx
 import numpy as np
 
+from common.errors import run_script
+from common.fileio import atomic_write_json
 from eval.endgame import teacher_positions
 from eval.splits import trainable
 from llm.format import prompt_tokens
@@ -30,8 +32,6 @@ from llm.generation import SamplingSettings, sample
 from llm.loading import load_model
 from rl.grpo import GrpoSettings
 from rl.reward import RewardScorer
-from solver.errors import run_script
-from solver.fileio import atomic_write_json
 from solver.setup import load_setup
 
 

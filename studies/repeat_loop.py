@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import click
 
-from solver.errors import run_script
+from common.errors import run_script
+from common.fileio import atomic_write_json, read_json
 from solver.feedback import parse_pattern
-from solver.fileio import atomic_write_json, read_json
 from solver.setup import load_setup
 
 

@@ -135,7 +135,7 @@ def test_binary_checkpoint_pointer_is_one_line(tmp_path):
 def test_bad_pipeline_record_is_one_line(tmp_path, tiny_model_dir, content, message):  # noqa: F811
     write(tmp_path / "p" / "stages.json", content)
     assert_one_error(run("pipeline", "--model", tiny_model_dir, "--out", tmp_path / "p"), message)
-    # No stage ran (the run lock's file, solver/run_lock.py, may stay: it holds nothing).
+    # No stage ran (the run lock's file, common/run_lock.py, may stay: it holds nothing).
     assert sorted(p.name for p in (tmp_path / "p").iterdir() if p.name != ".lock") == ["stages.json"]
 
 

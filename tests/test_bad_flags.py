@@ -54,15 +54,15 @@ def test_unusable_numbers_are_refused(tmp_path, args, message):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--group-size", "1"], "--group-size must be at least 2"),
+    (["--group-size", "1"], "--group-size must be >= 2 and <= 256, got 1"),
     (["--group-size", "1000"], "--group-size must be >= 2 and <= 256"),
     (["--sft-iters", "0"], "--sft-iters must be positive"),
     (["--eval-games", "0"], "--eval-games must be positive"),
     (["--rl-schedule", "grpo:0"], "the step count of 'grpo' must be a whole number >= 1"),
     (["--rl-schedule", "ppo:2"], "unknown phase 'ppo'"),
-    (["--ei-replay", "-1"], "--ei-replay must be 0 (none) or positive"),
-    (["--ei-drill", "243"], "--ei-drill must be 0 (none) to 242"),
-    (["--ei-drill-depth", "6"], "--ei-drill-depth must be 1 to 5"),
+    (["--ei-replay", "-1"], "--ei-replay must be >= 0 and <= 100000, got -1"),
+    (["--ei-drill", "243"], "--ei-drill must be >= 0 and <= 242, got 243"),
+    (["--ei-drill-depth", "6"], "--ei-drill-depth must be >= 1 and <= 5, got 6"),
 ])
 def test_pipeline_checks_every_stage_before_the_first(tmp_path, tiny_model_dir, flags, message):  # noqa: F811
     assert_one_error(run("pipeline", "--model", tiny_model_dir, "--out", tmp_path / "p", *flags), message)

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from cli import cli
-from solver.errors import UserError
-from solver.fileio import atomic_replace_dir, atomic_write_json
+from common.errors import UserError
+from common.fileio import atomic_replace_dir, atomic_write_json
 
 
 
@@ -210,7 +210,7 @@ def test_a_library_failing_on_a_full_disk_is_one_line(tmp_path, monkeypatch, fre
     def build(folder: Path) -> None:
         raise RuntimeError("[write] Unable to write 1783 bytes to file.")
 
-    monkeypatch.setattr("solver.fileio.FULL_BELOW", free_bytes_counted_full)
+    monkeypatch.setattr("common.fileio.FULL_BELOW", free_bytes_counted_full)
     with pytest.raises(error) as raised:
         atomic_replace_dir(tmp_path / "checkpoint", build)
     if error is UserError:

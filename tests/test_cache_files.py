@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from cli import cli
 from llm_fixtures import tiny_model_dir  # noqa: F401
-from solver.cache_files import MANIFEST, load_array, manifest_problem, save_array, write_manifest
+from common.cache_files import MANIFEST, load_array, manifest_problem, save_array, write_manifest
 from solver.matrix import build_pattern_matrix, matrix_path, pattern_matrix
 from solver.words import load_word_lists
 

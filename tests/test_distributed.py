@@ -29,9 +29,9 @@ from test_rl import LAUNCHER, TINY_RUN, start_adapter  # noqa: F401  (fixture)
 from test_sft import solver_conversations, write_jsonl
 
 from cli import cli
+from common.errors import UserError
 from llm import distributed
 from sft.checkpoint import latest_checkpoint
-from solver.errors import UserError
 from solver.setup import load_setup
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,7 +42,7 @@ TWO_RANK_RUN = {**TINY_RUN, "rollout": {**TINY_RUN["rollout"], "games_per_round"
                 "grpo": {**TINY_RUN["grpo"], "groups_per_step": 2},
                 "ei": {**TINY_RUN["ei"], "positions": "sampled", "states_per_step": 2, "batch_size": 2}}
 RL_FILES = {".lock", "adapter", "best", "best.json", "checkpoints", "config.json", "latest", "metrics.jsonl",
-            "run.json", "start_adapter"}  # .lock: the run lock (solver/run_lock.py) stays, unlocked
+            "run.json", "start_adapter"}  # .lock: the run lock (common/run_lock.py) stays, unlocked
 
 
 def free_port() -> int:

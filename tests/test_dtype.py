@@ -10,9 +10,9 @@ from mlx.utils import tree_flatten
 from cli import cli
 from llm.loading import load_model, resolve_dtype
 from llm_fixtures import tiny_model_dir  # noqa: F401
+from common.errors import UserError
 from rl.policy import load_policy
 from sft.lora import AdapterSettings
-from solver.errors import UserError
 from test_sft import data_dir, conversations  # noqa: F401
 
 

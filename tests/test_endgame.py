@@ -14,11 +14,11 @@ from llm.format import ALREADY_GUESSED, NOT_ALLOWED, Rejection, format_answer
 from llm.histories import RANDOM, history_guess
 from llm.loading import load_model
 from llm_fixtures import tiny_model_dir  # noqa: F401
+from common.errors import UserError
 from rl.config import build_config
 from rl.reward import RewardScorer
 from rl.rollout import RolloutSettings, play
 from sft.states import sample_endgame_states
-from solver.errors import UserError
 from solver.feedback import feedback
 from solver.setup import load_setup
 

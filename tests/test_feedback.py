@@ -3,7 +3,7 @@ import random
 import numpy as np
 import pytest
 
-from solver.errors import UserError
+from common.errors import UserError
 from solver.feedback import (WIN, feedback, feedback_reference, parse_pattern, pattern_to_digits,
                              pattern_to_string)
 from solver.matrix import build_pattern_matrix, pattern_matrix

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from tiny_model import cached_tiny_model
 
+from common.fileio import LEFTOVER
+from common.run_lock import run_lock
 from rl.pipeline import MODELS, STAGES_FILE
-from solver.fileio import LEFTOVER
-from solver.run_lock import run_lock
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCH = """

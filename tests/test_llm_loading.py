@@ -19,9 +19,9 @@ from mlx_lm import stream_generate
 from mlx_lm.tuner.utils import linear_to_lora_layers
 from tiny_model import build_tiny_model
 
+from common.errors import UserError
 from llm import gguf_convert
 from llm.loading import load_model
-from solver.errors import UserError
 
 
 def _logits(model: nn.Module, ids: list[int]) -> mx.array:

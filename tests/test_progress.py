@@ -9,8 +9,8 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from cli import cli
+from common.progress import EVERY_ENV, plain_line, progress_bar
 from rl.report import LiveView
-from solver.progress import EVERY_ENV, plain_line, progress_bar
 
 
 class FakeClock:

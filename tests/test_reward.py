@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from common.errors import UserError
 from llm.format import format_answer, parse_answer
 from rl.reward import COMPONENTS, RewardScorer, RewardWeights
 from sft.cot import truthful_answer
-from solver.errors import UserError
 from solver.entropy import score_guesses
 from solver.feedback import feedback
 from solver.setup import load_setup

@@ -36,6 +36,7 @@ from rl.expert_iteration import EISettings, ExpertIteration, passing_answers, tr
 from rl.grpo import (KL_LOG_RATIO_CLAMP, KL_TOKEN_CLAMP, GrpoLearner, GrpoSettings, adapter_disabled,
                      answer_logprobs, answer_tokens, collect_groups, advantages, group_batches, length_chunks,
                      prompt_kv)
+from common.errors import UserError
 from rl.guidance import ExpertGuide, guidance_figures
 from rl.loop import PhaseOptimizers, RunRequest, run_grpo_step, run_rl
 from rl.policy import load_policy
@@ -47,7 +48,6 @@ from sft.checkpoint import latest_checkpoint, load_checkpoint
 from sft.cot import check_thought, expert_answer, truthful_answer
 from sft.lora import AdapterSettings, attach_adapter, trainable_weights
 from sft.states import StartState, frequent_positions, sample_start_states
-from solver.errors import UserError
 from solver.feedback import feedback
 from solver.policy import expert_policy
 from solver.setup import load_setup

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from cli import cli
+from common.errors import UserError
+from common.run_lock import run_lock
 from sft.run_folder import claim
-from solver.errors import UserError
-from solver.run_lock import run_lock
 from test_bad_output import assert_one_error
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,14 +11,14 @@ import pytest
 from click.testing import CliRunner
 
 from cli import cli
-from solver.errors import UserError
-from solver.fileio import remove_leftovers
-from solver.run_lock import LOCK_FILE, run_lock
+from common.errors import UserError
+from common.fileio import remove_leftovers
+from common.run_lock import LOCK_FILE, run_lock
 
 REPO = Path(__file__).resolve().parent.parent
 HOLD = """
 import sys, time
-from solver.run_lock import run_lock
+from common.run_lock import run_lock
 with run_lock(sys.argv[1]):
     print("locked", flush=True)
     time.sleep(120)

@@ -21,6 +21,7 @@ from llm_fixtures import tiny_model_dir  # noqa: F401  (fixture)
 from mlx.utils import tree_flatten
 
 from cli import cli
+from common.errors import UserError
 from eval.splits import held_out, trainable
 from llm.format import format_answer, messages
 from llm.loading import load_model
@@ -30,7 +31,6 @@ from sft.fuse import check_same_greedy, write_fused
 from sft.lora import AdapterSettings, attach_adapter, continue_adapter, trainable_weights
 from sft.run import MAY_CHANGE
 from sft.trainer import OptimizerSettings, SFTTrainer, answer_loss_for, collate, output_split
-from solver.errors import UserError
 from solver.setup import load_setup
 from solver.words import default_word_lists
 

@@ -14,8 +14,8 @@ import time
 import numpy as np
 import pytest
 
+from common.fileio import cache_dir
 from solver.feedback import GREY, WIN, pattern_to_digits
-from solver.fileio import cache_dir
 from solver.lookahead import FAIL_PENALTY, finish_estimate, lookahead_costs
 from solver.opener import OPENER_VERSION, best_opener, play_tree
 from solver.policy import EntropySolver, SolverSettings, _hard_arrays

@@ -3,7 +3,7 @@ import random
 import numpy as np
 import pytest
 
-from solver.errors import UserError
+from common.errors import UserError
 from solver.feedback import feedback, parse_pattern
 from solver.setup import load_setup
 from solver.state import Constraints, Turn, state_from_history

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from llm_fixtures import tiny_model_dir  # noqa: F401  (fixture)
 
+from common.errors import UserError
 from llm.loading import load_model
 from llm.tolerance import logit_tolerance, weight_dtype
 from rl import grpo
 from rl.grpo import answer_logprobs, check_shared_prompt, prompt_kv, shared_prompt_matches
-from solver.errors import UserError
 
 CPU, GPU = mx.Device(mx.cpu), mx.Device(mx.gpu)
 PROMPT, ANSWERS = mx.array([1, 5, 9, 3]), mx.array([[7, 2], [4, 4]])

@@ -3,7 +3,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from solver.errors import UserError
+from common.errors import UserError
 from solver.words import DEFAULT_ALLOWED, DEFAULT_ANSWERS, decode, default_word_lists, encode, load_word_lists
 
 

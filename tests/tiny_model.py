@@ -17,7 +17,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models import llama
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from solver.fileio import atomic_replace_dir
+from common.fileio import atomic_replace_dir
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2 as in SmolLM2
 # SmolLM2-135M-Instruct's own ChatML template (from its GGUF's tokenizer.chat_template).

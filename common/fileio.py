@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from solver.errors import UserError
+from common.errors import UserError
 
 # What a killed `atomic_write` / `atomic_replace_dir` leaves: `.NAME.<8 random>.tmp` files,
 # `.NAME.<8 random>` folders (tempfile's names) and `.NAME.old` folders.
@@ -314,7 +314,7 @@ def remove_leftovers(folder: str | os.PathLike) -> list[str]:
 
     A `.NAME.old` folder whose NAME is missing (the kill came between
     `atomic_replace_dir`'s two renames) is put back as NAME: the last complete version.
-    Only a process that owns the folder may call this (solver/run_lock.py): another
+    Only a process that owns the folder may call this (common/run_lock.py): another
     one's temp files in the middle of a write look the same.
     """
     folder = Path(folder)

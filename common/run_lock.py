@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from solver.errors import UserError
-from solver.fileio import remove_leftovers
+from common.errors import UserError
+from common.fileio import remove_leftovers
 
 LOCK_FILE = ".lock"
 

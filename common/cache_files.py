@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.fileio import atomic_write, atomic_write_json
+from common.fileio import atomic_write, atomic_write_json
 
 MANIFEST = "wordle-rl-cache.json"
 _CHUNK = 1 << 24
