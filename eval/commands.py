@@ -59,8 +59,9 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
     from eval.paired import improvement_verdict, paired_rates, paired_wins
     from eval.report import compare_table, load_result, show_result
     from eval.report import compare_endgame, show_endgame
-    from eval.run import EndgameRequest, ModelSpec, run_endgame, run_eval
+    from eval.run import EndgameRequest, EvalRequest, ModelSpec, run_endgame, run_eval
     from solver.policy import SolverSettings
+    from solver.setup import load_setup
 
     if compare:
         a, b = (load_result(p) for p in compare)
@@ -85,16 +86,17 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
     if constrain_guess and policy != "model":
         raise UserError("--constrain-guess applies to a model (--model PATH|default)")
     spec = ModelSpec(model, adapter, SamplingSettings(temperature, top_p, max_tokens), batch_size,
-                     constrain_guess, dtype) if model else None
+                     constrain_guess, dtype) if policy == "model" else None
     if endgame or from_games:
         if policy != "model" or constrain_guess or games:
             raise UserError("--endgame asks a model (--model PATH|default) for one answer per position; "
                             "--games, --constrain-guess and --policy solver do not apply")
-        request = EndgameRequest(split or "heldout", positions, seed, max_candidates, from_games)
-        show_endgame(run_endgame(secrets, answers, allowed, request, spec, json_path, not quiet))
+        request = EndgameRequest(split or "heldout", positions, seed, max_candidates, spec, from_games)
+        show_endgame(run_endgame(load_setup(secrets, answers, allowed), request, json_path, not quiet))
         return
     settings = SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k) if policy == "solver" else SolverSettings()
-    result = run_eval(policy, secrets, answers, allowed, split, games, seed, settings, json_path, not quiet, spec)
+    result = run_eval(load_setup(secrets, answers, allowed), EvalRequest(split, games, seed, settings, spec),
+                      json_path, not quiet)
     show_result(result)
 
 

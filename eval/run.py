@@ -11,7 +11,7 @@ from eval.harness import evaluate
 from eval.moves import Player, SolverPlayer
 from eval.splits import SPLITS, sample_secrets
 from solver.policy import SolverSettings
-from solver.setup import Setup, load_setup
+from solver.setup import Setup
 
 
 @dataclass(frozen=True)
@@ -48,26 +48,39 @@ def choose_secrets(words: tuple[str, ...], split: str, games: int | None, seed: 
     return sample_secrets(pool, games, seed)
 
 
-def run_eval(policy: str, secret_kind: str, answers: str | None, allowed: str | None, split: str | None,
-             games: int | None, seed: int, settings: SolverSettings, json_path: str | None,
-             show_progress: bool = True, model: ModelSpec | None = None) -> dict:
-    setup = load_setup(secret_kind, answers, allowed)
-    if policy == "solver":
-        split = split or "all"
-        solver_player = SolverPlayer(setup.solver(settings))
+@dataclass(frozen=True)
+class EvalRequest:
+    """What `eval` plays: `games` secrets of `split` sampled with `seed` (all of them when None),
+    played by `model`, or by the solver with `solver`'s settings when no model is given (who plays
+    is the one field `model`, so no request names the model policy without a model)."""
+
+    split: str | None  # None: all for the solver, heldout for a model
+    games: int | None
+    seed: int
+    solver: SolverSettings = SolverSettings()
+    model: ModelSpec | None = None
+
+
+def run_eval(setup: Setup, request: EvalRequest, json_path: str | None, show_progress: bool = True) -> dict:
+    """`eval`: the request's player plays its secrets, drawn from `setup`'s lists (loaded by the caller,
+    as `solve` loads them); the summary and every game, also written to `json_path` when given."""
+    model = request.model
+    if model is None:
+        split = request.split or "all"
+        solver_player = SolverPlayer(setup.solver(request.solver))
         started = time.perf_counter()
         solver_player.policy.load_kernels(show_progress)  # and the opener, computed or read from disk: reported as setup
         setup_seconds = time.perf_counter() - started
         player: Player = solver_player
     else:
-        split = split or "heldout"
-        player, setup_seconds = model.player(seed, setup.lists.allowed), 0.0
-    secrets = choose_secrets(setup.lists.secrets(secret_kind), split, games, seed)
-    result = play_and_summarise(player, setup, secrets, measure_moves=policy != "solver",
+        split = request.split or "heldout"
+        player, setup_seconds = model.player(request.seed, setup.lists.allowed), 0.0
+    secrets = choose_secrets(setup.lists.secrets(setup.secret_kind), split, request.games, request.seed)
+    result = play_and_summarise(player, setup, secrets, measure_moves=model is not None,
                                 show_progress=show_progress, setup_seconds=setup_seconds)
-    result = {"policy": player.name, "secrets": secret_kind, "split": split, "seed": seed,
-              "hard": settings.hard, "guess_constrained": bool(model and model.constrain_guess),
-              **(_sampling_of(model) if policy != "solver" else {}), **result}
+    result = {"policy": player.name, "secrets": setup.secret_kind, "split": split, "seed": request.seed,
+              "hard": request.solver.hard, "guess_constrained": bool(model and model.constrain_guess),
+              **(_sampling_of(model) if model else {}), **result}
     if json_path:
         atomic_write_json(json_path, result)
     return result
@@ -88,40 +101,40 @@ def play_and_summarise(player: Player, setup: Setup, secrets: list[str], measure
 
 @dataclass(frozen=True)
 class EndgameRequest:
-    """Which endgame positions a model answers: `count` from the teacher's games on the split's
+    """Which endgame positions `model` answers: `count` from the teacher's games on the split's
     secrets, or every such position in a model's own eval games (`from_games`)."""
 
     split: str
     count: int
     seed: int
     max_candidates: int
+    model: ModelSpec
     from_games: str | None = None
 
 
-def run_endgame(secret_kind: str, answers: str | None, allowed: str | None, request: EndgameRequest,
-                model: ModelSpec, json_path: str | None, show_progress: bool = True) -> dict:
+def run_endgame(setup: Setup, request: EndgameRequest, json_path: str | None, show_progress: bool = True) -> dict:
     """`eval --endgame`: the model's one answer at each position, summarised (eval/endgame.py)."""
     from common.fileio import read_json
     from eval.endgame import KIND, answer_positions, model_positions, summarise_endgame, teacher_positions
     from llm.loading import load_model
 
-    setup = load_setup(secret_kind, answers, allowed)
     if request.from_games:
         positions = model_positions(setup, read_json(request.from_games, "games file"), request.max_candidates)
         source = request.from_games
     else:
-        pool = SPLITS[request.split](setup.lists.secrets(secret_kind))
+        pool = SPLITS[request.split](setup.lists.secrets(setup.secret_kind))
         if not pool:
             raise UserError(f"the {request.split} split of this list is empty; use --split all")
         positions = teacher_positions(setup, setup.solver(), pool, request.count, request.seed, request.max_candidates)
         source = "teacher"
     if not positions:
         raise UserError(f"no position with 1-{request.max_candidates} candidates left in {source}")
+    model = request.model
     loaded, tokenizer = load_model(model.model, model.adapter, model.dtype)
     started = time.perf_counter()
     records = answer_positions(loaded, tokenizer, positions, model.sampling, request.seed, model.batch_size,
                                show_progress)
-    result = {"kind": KIND, "policy": model.name, "secrets": secret_kind, "split": request.split,
+    result = {"kind": KIND, "policy": model.name, "secrets": setup.secret_kind, "split": request.split,
               "source": source, "seed": request.seed, "max_candidates": request.max_candidates,
               **_sampling_of(model), **summarise_endgame(records),
               "seconds": round(time.perf_counter() - started, 3), "per_position": records}

@@ -192,13 +192,14 @@ def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = Tr
 
 
 def _run_pipeline(out: Path, stages: Stages, show_progress: bool) -> dict:
-    from eval.run import ModelSpec, run_eval
+    from eval.run import EvalRequest, ModelSpec, run_eval
     from llm.loading import resolve_model
     from rl.loop import RunRequest, run_rl
     from sft.checkpoint import latest_checkpoint
     from sft.gen_command import generate_dataset
     from sft.run import SFTConfig, run_sft
     from solver.policy import SolverSettings
+    from solver.setup import load_setup
 
     # Every setting of every stage, and the model, are checked before the first stage runs
     # (settings.check() ran before the lock): a bad --group-size must not cost a gen-sft and an SFT run.
@@ -233,10 +234,10 @@ def _run_pipeline(out: Path, stages: Stages, show_progress: bool) -> dict:
     sampling = SamplingSettings(max_tokens=settings.max_tokens)
     results = {}
     for name in MODELS:
-        spec = ModelSpec(settings.model, adapters[name], sampling, dtype=settings.dtype)
-        results[name] = stages.run(f"eval-{name}", lambda spec=spec, name=name: _without_games(run_eval(
-            "model", "answers", None, None, "test", settings.eval_games, settings.seed, SolverSettings(),
-            str(out / f"eval-{name}.json"), show_progress, spec)))
+        request = EvalRequest("test", settings.eval_games, settings.seed,
+                              model=ModelSpec(settings.model, adapters[name], sampling, dtype=settings.dtype))
+        results[name] = stages.run(f"eval-{name}", lambda request=request, name=name: _without_games(run_eval(
+            load_setup("answers"), request, str(out / f"eval-{name}.json"), show_progress)))
     verdict = improvement_verdict(*(read_json(out / f"eval-{name}.json", "eval results") for name in ("sft", "rl")))
     summary = {"out": str(out), "settings": asdict(settings), "eval": results,
                "rl_compared_step": rl["best_step"] if rl["best_adapter"] else rl["steps"],
