@@ -85,7 +85,7 @@ def run_mlx_lm_lora(model: str, adapter: str | None, starts, group_size: int, ma
     import mlx.optimizers as optim
     from mlx_lm.tuner.callbacks import TrainingCallback
 
-    from sft.fuse import fuse_layers
+    from llm.loading import fuse_adapter_layers
     from sft.lora import attach_adapter
 
     setup = load_setup()
@@ -109,10 +109,10 @@ def run_mlx_lm_lora(model: str, adapter: str | None, starts, group_size: int, ma
     from llm.loading import load_model
 
     policy, tokenizer = load_model(model, adapter)
-    fuse_layers(policy)
+    fuse_adapter_layers(policy)
     attach_adapter(policy, LORA)
     reference, _ = load_model(model, adapter)
-    fuse_layers(reference)
+    fuse_adapter_layers(reference)
     reference.freeze()
     items = [{"system": SYSTEM_PROMPT, "prompt": render_state(s.state),
               "answer": json.dumps({"secret": s.secret, "turns": [[t.guess, t.pattern] for t in s.state.turns]})}

@@ -17,6 +17,7 @@ from common.errors import UserError
 from common.fileio import atomic_replace_dir, read_json
 
 ADAPTER_CONFIG = "adapter_config.json"
+STACKED_ON = "stacked_on"  # config key: the adapter folder (relative) this one was trained over
 ADAPTER_WEIGHTS = "adapters.safetensors"
 # LoRA's A and B, DoRA's magnitude: the leaves mlx-lm's load_adapters accepts from a LoRA/DoRA file.
 ADAPTER_LEAVES = ("lora_a", "lora_b", "m")

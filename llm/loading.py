@@ -23,7 +23,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from common.errors import UserError
 from common.fileio import read_json
-from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_LEAVES, ADAPTER_WEIGHTS
+from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_LEAVES, ADAPTER_WEIGHTS, STACKED_ON
 
 # What loading a folder or an adapter raises for broken files (bad JSON, truncated
 # safetensors, unknown model_type, shape mismatches, missing config keys).
@@ -115,7 +115,10 @@ def apply_adapter(model: nn.Module, adapter: Path) -> None:
     """Attach an adapter folder as mlx-lm's trainer writes it.
 
     That is adapter_config.json + adapters.safetensors (llm/adapter_files.py), for LoRA, DoRA or
-    full fine-tunes.
+    full fine-tunes. A config naming `stacked_on` (a folder relative to this one) is an adapter
+    trained over another: an RL checkpoint holds only RL's own LoRA over the run's start adapter,
+    and loaded alone it played as the bare base model (results/endgame-rl-long). The one below
+    is applied and fused first, as RL itself fused it.
     """
     from mlx_lm.tuner.utils import load_adapters
 
@@ -124,13 +127,26 @@ def apply_adapter(model: nn.Module, adapter: Path) -> None:
     for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
         if not (adapter / name).is_file():
             raise UserError(f"{adapter} is not an adapter folder: it has no {name}")
-    read_json(adapter / ADAPTER_CONFIG, "adapter config")  # mlx-lm's own errors are Python's words
+    config = read_json(adapter / ADAPTER_CONFIG, "adapter config")  # mlx-lm's own errors are Python's words
+    below = config.get(STACKED_ON) if isinstance(config, dict) else None
+    if below is not None:
+        apply_adapter(model, adapter / below)
+        fuse_adapter_layers(model)
     try:
         refuse_nonfinite(mx.load(str(adapter / ADAPTER_WEIGHTS)), adapter / ADAPTER_WEIGHTS)
         load_adapters(model, str(adapter))
     except _LOAD_ERRORS as err:
         raise UserError(f"cannot apply the adapter in {adapter}: {_one_line(err)}") from err
     model.eval()
+
+
+def fuse_adapter_layers(model: nn.Module) -> None:
+    """Replace every adapter layer (anything with mlx-lm's `fuse()`) by its fused linear."""
+    from mlx.utils import tree_unflatten
+
+    fused = [(name, module.fuse()) for name, module in model.named_modules() if hasattr(module, "fuse")]
+    if fused:
+        model.update_modules(tree_unflatten(fused))
 
 
 def refuse_nonfinite(arrays: dict[str, mx.array], path: Path) -> None:

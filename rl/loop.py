@@ -35,7 +35,7 @@ from eval.endgame import EndgameEval
 from eval.splits import held_out_validation, trainable
 from eval.validation import HeldOutEval
 from llm import distributed
-from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS, STACKED_ON
 from llm.generation import SamplingSettings
 from llm.loading import portable_spec
 from rl.config import RLConfig, build_config, load_config_file
@@ -170,6 +170,10 @@ def _run_rl(request: RunRequest) -> dict | None:
                           config.rollout.endgame_candidates) if config.eval_every and config.eval_endgame else None
     evaluating = held_out is not None or endgame is not None
     best = BestSoFar(out, best_by=config.best_by)
+    # A checkpoint holds RL's own LoRA, trained over the fused start adapter: its config says so,
+    # and `eval --adapter RUN/checkpoints/step-N` loads the two (llm/loading.py apply_adapter).
+    checkpoint_adapter_config = ({**policy.adapter_config, STACKED_ON: f"../../{START_ADAPTER}"}
+                                 if request.adapter else policy.adapter_config)
     start = 0
     if request.resume:
         checkpoint = load_checkpoint(out, model, optimizers)
@@ -242,7 +246,7 @@ def _run_rl(request: RunRequest) -> dict | None:
             if improved or (step + 1) % config.checkpoint_every == 0 or last:
                 ranks = distributed.gather_json(_rank_dice(rng)) if distributed.world().size > 1 else None
                 if main:
-                    save_checkpoint(out, model, optimizers, step + 1, policy.adapter_config,
+                    save_checkpoint(out, model, optimizers, step + 1, checkpoint_adapter_config,
                                     {"rng": rng.bit_generator.state, "schedule": str(schedule),
                                      "schedule_position": schedule.position(step + 1), "best": best.best,
                                      **({"ranks": ranks} if ranks else {})},

@@ -23,7 +23,7 @@ from mlx_lm.tuner.lora import LoRALinear
 
 from common.errors import UserError
 from llm.adapter_files import read_adapter_config, save_adapter
-from sft.fuse import fuse_layers
+from llm.loading import fuse_adapter_layers
 from sft.lora import AdapterSettings, attach_adapter
 
 LoraPair = tuple[mx.array, mx.array, float]  # lora_a (in, r), lora_b (r, out), scale
@@ -60,7 +60,7 @@ def load_policy(model_spec: str, start_adapter: str | Path | None, lora: Adapter
             raise UserError(f"--adapter {start_adapter} is a {kind} adapter{' on ' + odd[0] if odd else ''}; "
                             "RL continues LoRA adapters on linear layers")
         start = {name: (m.lora_a, m.lora_b, m.scale) for name, m in model.named_modules() if isinstance(m, LoRALinear)}
-        fuse_layers(model)
+        fuse_adapter_layers(model)
     config = attach_adapter(model, lora)
     config["model"] = model_spec
     return RLPolicy(model, tokenizer, config, start)

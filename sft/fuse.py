@@ -14,12 +14,11 @@ from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_unflatten
 
 from common.errors import UserError
 from common.fileio import atomic_replace_dir
 from llm.generation import SamplingSettings, sample
-from llm.loading import load_model, resolve_model
+from llm.loading import fuse_adapter_layers, load_model, resolve_model
 
 QUANTIZATION_KEYS = ("quantization", "quantization_config")
 
@@ -29,14 +28,6 @@ class FuseCheck:
     prompts: int
     tokens_compared: int
     max_logit_difference: float  # at the last prompt position, over all prompts
-
-
-def fuse_layers(model: nn.Module) -> nn.Module:
-    """Replace every adapter layer (anything with mlx-lm's `fuse()`) by its fused linear."""
-    fused = [(name, module.fuse()) for name, module in model.named_modules() if hasattr(module, "fuse")]
-    if fused:
-        model.update_modules(tree_unflatten(fused))
-    return model
 
 
 def check_same_greedy(reference: nn.Module, candidate: nn.Module, tokenizer, prompts: list[list[int]],
@@ -63,7 +54,7 @@ def write_fused(model_spec: str, adapter: str | Path, out_dir: str | Path, promp
         raise UserError("fusing needs at least one sample prompt to check the fused model against")
     reference, tokenizer = load_model(model_spec, adapter)
     fused, _ = load_model(model_spec, adapter)
-    fuse_layers(fused)
+    fuse_adapter_layers(fused)
     source = resolve_model(model_spec)
     config = load_config(source)
     if not any(isinstance(m, nn.QuantizedLinear) for _, m in fused.named_modules()):

@@ -914,3 +914,16 @@ def test_expert_iteration_positions_start_after_the_opener(setup):
     assert EISettings().min_history == 1 and all(s.state.turns for s in ei)
     plain = sample_start_states(setup, solver, ["bunny", "crane", "lowly"], 60, np.random.default_rng(4), 4)
     assert any(not s.state.turns for s in plain)
+
+
+def test_a_checkpoint_loads_as_the_policy_it_was(reference_run, tiny_model_dir):  # noqa: F811
+    """A checkpoint holds RL's own LoRA over the start adapter; loaded by itself (eval --adapter
+    RUN/checkpoints/step-N) it must play as the run's policy at that step, not as the bare model."""
+    out, _ = reference_run
+    last = out / "checkpoints" / "step-0000003"
+    assert json.loads((last / "adapter_config.json").read_text())["stacked_on"] == "../../start_adapter"
+    tokens = mx.array([[1, 5, 9, 2, 7, 3]])
+    logits = [load_model(str(tiny_model_dir), adapter)[0](tokens) for adapter in (last, out / "adapter")]
+    bare = load_model(str(tiny_model_dir))[0](tokens)
+    assert mx.allclose(logits[0], logits[1], atol=1e-4).item()
+    assert not mx.allclose(logits[0], bare, atol=1e-3).item()
