@@ -22,7 +22,7 @@ import mlx.nn as nn
 from mlx_lm.tuner.lora import LoRALinear
 
 from common.errors import UserError
-from llm.adapter_files import read_adapter_config, save_adapter
+from llm.adapter_files import STACKED_ON, read_adapter_config, save_adapter
 from llm.loading import fuse_adapter_layers
 from sft.lora import AdapterSettings, attach_adapter
 
@@ -51,8 +51,11 @@ def load_policy(model_spec: str, start_adapter: str | Path | None, lora: Adapter
     `dtype` (llm/loading.py; seed mx.random first)."""
     from llm.loading import load_model
 
-    model, tokenizer = load_model(model_spec, start_adapter, dtype)
     start: dict[str, LoraPair] = {}
+    if start_adapter is not None and STACKED_ON in read_adapter_config(start_adapter):
+        raise UserError(f"--adapter {start_adapter} is an RL checkpoint's own LoRA over another adapter; "
+                        "start from its run's best/ or adapter/ folder, which hold both")
+    model, tokenizer = load_model(model_spec, start_adapter, dtype)
     if start_adapter is not None:
         kind = read_adapter_config(start_adapter).get("fine_tune_type", "lora")
         odd = [name for name, m in model.named_modules() if hasattr(m, "fuse") and not isinstance(m, LoRALinear)]

@@ -58,12 +58,16 @@ def test_proof_script_runs_every_stage_and_brings_back_its_files(tmp_path: Path,
     log = (out / "log.txt").read_text()
     assert "== " in log and "done" in log.splitlines()[-1]
 
-    # A later lease starts from the returned policy, and with the start's games carried does not play them again.
+    # The returned policy loads as it is: RUN/best, or a checkpoint beside the start adapter it is stacked on.
     policy = unpacked(out / "rl-policy.tar.00", tmp_path / "policy")
-    (adapter,) = policy.iterdir()
+    (adapter,) = [p.parent for p in policy.rglob("adapters.safetensors") if "start_adapter" not in p.parts]
+    below = json.loads((adapter / "adapter_config.json").read_text()).get("stacked_on")
+    assert below is None or (adapter / below / "adapters.safetensors").is_file()
+
+    # A later lease with a carried adapter and the start's games carried runs neither SFT nor those games.
     again = tmp_path / "again"
     again.mkdir()
-    env.update(OUT=str(again), RUN=str(tmp_path / "run2"), START_ADAPTER=str(adapter),
+    env.update(OUT=str(again), RUN=str(tmp_path / "run2"), START_ADAPTER=str(tmp_path / "run" / "sft" / "adapter"),
                START_GAMES=str(results / "eval-rl.json"))
     result = subprocess.run(["bash", str(SCRIPT), "run"], cwd=REPO, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

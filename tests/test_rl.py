@@ -927,3 +927,11 @@ def test_a_checkpoint_loads_as_the_policy_it_was(reference_run, tiny_model_dir):
     bare = load_model(str(tiny_model_dir))[0](tokens)
     assert mx.allclose(logits[0], logits[1], atol=1e-4).item()
     assert not mx.allclose(logits[0], bare, atol=1e-3).item()
+
+
+def test_rl_refuses_to_start_from_a_checkpoint_of_another_run(reference_run, tiny_model_dir, tmp_path):  # noqa: F811
+    out, _ = reference_run
+    result = run_cli("rl", "--model", tiny_model_dir, "--adapter", out / "checkpoints" / "step-0000003",
+                     "--out", tmp_path / "run", "--quiet")
+    assert result.exit_code == 2 and "RL checkpoint's own LoRA" in result.output
+    assert not (tmp_path / "run").exists()

@@ -194,8 +194,14 @@ run() {
     fi
     if [ -z "$policy" ]; then stage "rl finished no step"; return 0; fi
     # The RL policy's adapter comes back (a checkpoint with its optimizer state would not fit a
-    # call's 64 MiB): a later lease starts from it as START_ADAPTER, and the CPU can evaluate it.
-    send_back rl-policy -C "$(dirname "$policy")" "$(basename "$policy")"
+    # call's 64 MiB): RUN/best whole, or a checkpoint's own LoRA with the start adapter it is stacked
+    # on (its config's stacked_on: ../../start_adapter). The CPU can evaluate it.
+    if [ "$policy" = "$RUN/rl/best" ]; then
+        send_back rl-policy -C "$RUN/rl" best
+    else
+        local step=${policy#"$RUN"/}
+        send_back rl-policy -C "$RUN" rl/start_adapter "$step/adapter_config.json" "$step/adapters.safetensors"
+    fi
     stage "the RL policy ($policy) on the same endgame positions and test games"
     answer_endgame "$policy" "$RUN/endgame-rl.json"
     python3 cli.py eval --compare "$RUN/endgame-sft.json" "$RUN/endgame-rl.json" --json "$RUN/endgame-paired.json"
