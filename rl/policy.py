@@ -52,12 +52,13 @@ def load_policy(model_spec: str, start_adapter: str | Path | None, lora: Adapter
     from llm.loading import load_model
 
     start: dict[str, LoraPair] = {}
-    if start_adapter is not None and STACKED_ON in read_adapter_config(start_adapter):
+    start_config = read_adapter_config(start_adapter) if start_adapter is not None else {}
+    if STACKED_ON in start_config:
         raise UserError(f"--adapter {start_adapter} is an RL checkpoint's own LoRA over another adapter; "
                         "start from its run's best/ or adapter/ folder, which hold both")
     model, tokenizer = load_model(model_spec, start_adapter, dtype)
     if start_adapter is not None:
-        kind = read_adapter_config(start_adapter).get("fine_tune_type", "lora")
+        kind = start_config.get("fine_tune_type", "lora")
         odd = [name for name, m in model.named_modules() if hasattr(m, "fuse") and not isinstance(m, LoRALinear)]
         if kind != "lora" or odd:
             raise UserError(f"--adapter {start_adapter} is a {kind} adapter{' on ' + odd[0] if odd else ''}; "
