@@ -31,7 +31,7 @@ from llm.histories import (DEFAULT_OFF_POLICY, DEFAULT_REJECTED, ENDGAME_CANDIDA
                            endgame_history, sample_rejections)
 from common.errors import UserError
 from common.progress import progress_bar
-from solver.feedback import pattern_to_string
+from solver.feedback import feedback, parse_pattern, pattern_to_string, tiles_matched
 from solver.policy import Policy
 from solver.setup import Setup
 from solver.state import GameState
@@ -40,7 +40,8 @@ KIND = "endgame"  # the `kind` of an endgame result, which `eval --compare` pair
 DEFAULT_POSITIONS = 400
 CHUNK_BATCHES = 4  # generator batches per chunk of positions (answer_positions)
 # Per-position outcomes, each a rate over the positions where it applies (refused_again:
-# those whose prompt names a refusal; one_candidate_*: those with one candidate left).
+# those whose prompt names a refusal; one_candidate_*: those with one candidate left); the
+# fit rates (answer_fit) are mean shares over the playable answers.
 OUTCOMES = ("closed", "repeat", "repeat_last", "refused_again", "unplayable", "consistent")
 ONE_CANDIDATE = ("closed", "repeat", "repeat_last", "unplayable")
 
@@ -154,10 +155,28 @@ def outcome_counts(record: dict) -> dict[str, tuple[int, int]]:
     counts = {name: (int(bool(record[name])), 1) for name in OUTCOMES if name != "refused_again"}
     counts["refused_again"] = (int(bool(record["refused_again"])), int(record["refused_again"] is not None))
     counts.update({f"one_candidate_{name}": (int(one and bool(record[name])), int(one)) for name in ONE_CANDIDATE})
+    fit = answer_fit(record)
+    counts["fit"] = (fit, 1) if fit is not None else (0.0, 0)
+    counts["one_candidate_fit"] = counts["fit"] if one else (0.0, 0)
     return counts
 
 
-RATES = (*(f"{name}_rate" for name in OUTCOMES), *(f"one_candidate_{name}_rate" for name in ONE_CANDIDATE))
+def answer_fit(record: dict) -> float | None:
+    """The share of the position's feedback tiles that a playable answer would have given had
+    it been the secret (1 exactly when it fits every clue; rl/reward.py's `fit`), None for an
+    unplayable one. A graded `consistent`: it moves before the closing rate does.
+
+    Read from the record's key and guess, so results written before this figure get it too.
+    Raises ValueError on a key that does not hold turns as `guess=tiles`."""
+    if record["unplayable"]:
+        return None
+    turns = [turn.split("=") for turn in record["key"].split("|")[0].split(":", 1)[1].split(",")]
+    shared = sum(tiles_matched(feedback(guess, record["guess"]), parse_pattern(tiles)) for guess, tiles in turns)
+    return shared / (5 * len(turns))
+
+
+RATES = (*(f"{name}_rate" for name in OUTCOMES), "fit_rate",
+         *(f"one_candidate_{name}_rate" for name in ONE_CANDIDATE), "one_candidate_fit_rate")
 
 
 def summarise_endgame(records: list[dict]) -> dict:

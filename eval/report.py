@@ -8,7 +8,7 @@ from rich.text import Text
 
 from common.errors import UserError
 from common.fileio import atomic_write_json, read_json
-from eval.endgame import KIND, OUTCOMES, RATES, keyed_records, outcome_counts
+from eval.endgame import KIND, OUTCOMES, RATES, answer_fit, keyed_records, outcome_counts
 from eval.paired import paired_changes, paired_rates, paired_wins, sign_test_p
 
 BAR_WIDTH = 30
@@ -95,8 +95,14 @@ def _checked_endgame(path: str, data: dict) -> dict:
     if not isinstance(records, list) or not all(
             isinstance(r, dict) and isinstance(r.get("key"), str) and is_number(r.get("candidates"), integer=True)
             and all(isinstance(r.get(name), bool) for name in OUTCOMES if name != "refused_again")
-            and isinstance(r.get("refused_again"), (bool, type(None))) for r in records):
+            and isinstance(r.get("refused_again"), (bool, type(None)))
+            and (r["unplayable"] or isinstance(r.get("guess"), str)) for r in records):
         raise UserError(f"{path}: per_position must list positions, each with a key, candidates and its outcomes")
+    for record in records:
+        try:
+            answer_fit(record)
+        except (ValueError, IndexError, UserError):
+            raise UserError(f"{path}: position key {record['key']!r} does not list its turns as guess=tiles") from None
     return data
 
 
@@ -138,6 +144,7 @@ ENDGAME_LABELS = {
     "one_candidate_closed_rate": "1 left: closing rate", "one_candidate_repeat_rate": "1 left: repeats",
     "one_candidate_repeat_last_rate": "1 left: repeats the last guess",
     "one_candidate_unplayable_rate": "1 left: unplayable",
+    "fit_rate": "share of clue tiles kept (playable)", "one_candidate_fit_rate": "1 left: share of clue tiles kept",
 }
 
 
@@ -168,7 +175,9 @@ def compare_endgame(a: dict, b: dict, name_a: str, name_b: str, json_path: str |
     if not shared:
         raise UserError(f"--compare: {name_a} and {name_b} share no position (other split, seed or --positions?)")
     counts = [{key: outcome_counts(records[key]) for key in shared} for records in (records_a, records_b)]
-    changes = paired_changes(*counts, tuple(rate[:-len("_rate")] for rate in RATES))
+    figures = tuple(rate[:-len("_rate")] for rate in RATES)
+    changes = paired_changes(*counts, figures)
+    side_rates = [{rate: _shared_rate(side, figure) for rate, figure in zip(RATES, figures)} for side in counts]
     only_a = sum(records_a[k]["closed"] and not records_b[k]["closed"] for k in shared)
     only_b = sum(records_b[k]["closed"] and not records_a[k]["closed"] for k in shared)
     table = Table(title=f"{name_a} vs {name_b}: {len(shared)} shared endgame positions")
@@ -177,7 +186,8 @@ def compare_endgame(a: dict, b: dict, name_a: str, name_b: str, json_path: str |
     for rate, change in zip(RATES, changes):
         shown = "-" if change.difference is None else \
             f"{100 * change.difference:+.1f} [{100 * change.low:+.1f}, {100 * change.high:+.1f}]"
-        table.add_row(ENDGAME_LABELS[rate], _fmt(a.get(rate), "{:.1%}"), _fmt(b.get(rate), "{:.1%}"), shown)
+        table.add_row(ENDGAME_LABELS[rate], _fmt(side_rates[0][rate], "{:.1%}"), _fmt(side_rates[1][rate], "{:.1%}"),
+                      shown)
     p_value = sign_test_p(only_a, only_b)
     table.add_row("closed here only (paired)", str(only_a), str(only_b), f"sign test p {p_value:.3g}")
     (console or Console()).print(table)
@@ -187,3 +197,10 @@ def compare_endgame(a: dict, b: dict, name_a: str, name_b: str, json_path: str |
     if json_path:
         atomic_write_json(json_path, paired)
     return paired
+
+
+def _shared_rate(counts: dict[str, dict[str, tuple[float, int]]], figure: str) -> float | None:
+    """One side's rate over the shared positions, from their (count, total) pairs."""
+    count = sum(c[figure][0] for c in counts.values())
+    total = sum(c[figure][1] for c in counts.values())
+    return count / total if total else None

@@ -14,6 +14,11 @@ turn is refused again for the same reason (the position has not changed), so it
 scores the floor too. A playable answer earns, weighted:
 - format + valid: the base credit for an answer the game accepts.
 - consistent: the guess fits all feedback so far.
+- fit: the share of the feedback tiles so far that the guess would have given had it
+  been the secret; a graded `consistent` (1 exactly when it is). At a one-candidate
+  position `consistent` is the win itself, so it rarely varies within a group; the share
+  of tiles still tells "Pattern: S_IED ... stare" from "... shied", which is what a model
+  that recites the clues and then names a word that breaks them has to learn.
 - possible: the guess is one of the remaining candidates (could be the secret).
 - info: the guess's entropy over the candidates / the best available.
 - thought: the share of the thought's sentences that are true (sft/cot.py).
@@ -39,12 +44,12 @@ from llm.format import FORMAT_FAILURES, parse_answer
 from sft.cot import check_thought
 from solver.entropy import score_rows
 from solver.entropy_bound import EntropyBound
-from solver.feedback import WIN, feedback_code
+from solver.feedback import WIN, feedback_code, tiles_matched
 from solver.setup import Setup
 from solver.state import MAX_GUESSES, GameState
 
-COMPONENTS = ("format", "valid", "consistent", "possible", "info", "thought", "win")
-FORMAT, VALID, CONSISTENT, POSSIBLE, INFO, THOUGHT, WIN_COL = range(len(COMPONENTS))
+COMPONENTS = ("format", "valid", "consistent", "fit", "possible", "info", "thought", "win")
+FORMAT, VALID, CONSISTENT, FIT, POSSIBLE, INFO, THOUGHT, WIN_COL = range(len(COMPONENTS))
 MAX_WEIGHT = 100.0
 
 
@@ -55,6 +60,8 @@ class RewardWeights:
     format: float = knob(0.2, "Credit for an answer in the answer format.", range=(0.0, MAX_WEIGHT))
     valid: float = knob(0.3, "Credit for a guess the game accepts.", range=(0.0, MAX_WEIGHT))
     consistent: float = knob(0.3, "Credit for a guess that fits all feedback so far.", range=(0.0, MAX_WEIGHT))
+    fit: float = knob(0.0, "Credit times the share of the feedback tiles so far that the guess would have "
+                      "given as the secret (a graded consistent).", range=(0.0, MAX_WEIGHT))
     possible: float = knob(0.2, "Credit for a guess that can still be the secret.", range=(0.0, MAX_WEIGHT))
     info: float = knob(1.0, "Weight of the guess's entropy over the best available.", range=(0.0, MAX_WEIGHT))
     thought: float = knob(0.5, "Weight of the share of the thought's sentences that are true.",
@@ -97,7 +104,8 @@ def reward_kernel(matrix: np.ndarray, codes: np.ndarray, rows: np.ndarray, thoug
     `turn`: 1-based number of this guess. `weights`: RewardWeights.vector().
     """
     n = rows.shape[0]
-    parts = np.zeros((n, 7), dtype=np.float64)
+    columns = len(weights) - 1  # every weight is a component's, but `speed` adds to the win's
+    parts = np.zeros((n, columns), dtype=np.float64)
     playable = np.empty(n, dtype=np.int64)
     k = 0
     for i in range(n):
@@ -107,38 +115,38 @@ def reward_kernel(matrix: np.ndarray, codes: np.ndarray, rows: np.ndarray, thoug
     entropy, _ = score_rows(matrix, playable[:k], candidates)
     scratch = np.zeros(26, dtype=np.int8)
     speed = (MAX_GUESSES - turn) / (MAX_GUESSES - 1)
+    turns = history_rows.shape[0]
     k = 0
     for i in range(n):
         row = rows[i]
         if row < 0:
             continue
-        parts[i, 0] = weights[0]
-        parts[i, 1] = weights[1]
-        consistent = True
-        for h in range(history_rows.shape[0]):
-            if feedback_code(codes[history_rows[h]], codes[row], scratch) != history_patterns[h]:
-                consistent = False
-                break
-        if consistent:
-            parts[i, 2] = weights[2]
+        parts[i, FORMAT] = weights[FORMAT]
+        parts[i, VALID] = weights[VALID]
+        tiles = 0
+        for h in range(turns):
+            tiles += tiles_matched(feedback_code(codes[history_rows[h]], codes[row], scratch), history_patterns[h])
+        if tiles == 5 * turns:
+            parts[i, CONSISTENT] = weights[CONSISTENT]
+        parts[i, FIT] = weights[FIT] * (tiles / (5 * turns) if turns else 1.0)
         possible = False
         for c in candidates:
             if matrix[row, c] == WIN:
                 possible = True
                 break
         if possible:
-            parts[i, 3] = weights[3]
+            parts[i, POSSIBLE] = weights[POSSIBLE]
         if best_entropy > 1e-12:
-            parts[i, 4] = weights[4] * min(1.0, max(0.0, entropy[k] / best_entropy))
+            parts[i, INFO] = weights[INFO] * min(1.0, max(0.0, entropy[k] / best_entropy))
         elif possible:
-            parts[i, 4] = weights[4]  # one candidate left: only guessing it is informative
+            parts[i, INFO] = weights[INFO]  # one candidate left: only guessing it is informative
         k += 1
-        parts[i, 5] = weights[5] * thought_scores[i]
+        parts[i, THOUGHT] = weights[THOUGHT] * thought_scores[i]
         if secret_column >= 0 and matrix[row, secret_column] == WIN:
-            parts[i, 6] = weights[6] + weights[7] * speed
+            parts[i, WIN_COL] = weights[WIN_COL] + weights[WIN_COL + 1] * speed
     total = np.zeros(n, dtype=np.float64)
     for i in range(n):
-        for c in range(7):
+        for c in range(columns):
             total[i] += parts[i, c]
     return total, parts
 

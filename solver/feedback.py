@@ -45,6 +45,18 @@ def feedback_code(guess: np.ndarray, secret: np.ndarray, unmatched: np.ndarray) 
     return code
 
 
+@njit(cache=True, inline="always")
+def tiles_matched(a: int, b: int) -> int:
+    """How many of the five tiles two pattern codes share (5 when they are the same pattern)."""
+    same = 0
+    for _ in range(5):
+        if a % 3 == b % 3:
+            same += 1
+        a //= 3
+        b //= 3
+    return same
+
+
 @njit(cache=True)
 def feedback_one(guess: np.ndarray, secret: np.ndarray) -> int:
     return feedback_code(guess, secret, np.zeros(26, dtype=np.int8))

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli import cli
-from eval.endgame import EndgamePosition, model_positions, position_record, summarise_endgame, teacher_positions
+from eval.endgame import EndgamePosition, answer_fit, model_positions, position_record, summarise_endgame, teacher_positions
 from eval.splits import held_out_test, trainable
 from llm.format import ALREADY_GUESSED, NOT_ALLOWED, Rejection, format_answer
 from llm.histories import RANDOM, history_guess
@@ -78,6 +78,11 @@ def test_each_answer_is_classified_at_its_position(setup):
     assert summary["refused_again_rate"] == 1.0 and summary["unplayable_rate"] == 0.6
     assert summary["one_candidate_closed_rate"] == 0.2 and summary["by_candidates"] == {
         "1": {"positions": 5, "closing_rate": 0.2}}
+    # The share of clue tiles kept, over the playable answers: bunny keeps all 15; as the secret,
+    # crane would have turned salet's A and E yellow, crony's C and R green and its Y grey
+    # (N moves to green at 4), fudge's U grey and E green: 8 of 15 kept.
+    assert answer_fit(closed) == 1.0 and answer_fit(other) == pytest.approx(8 / 15) and answer_fit(last) is None
+    assert summary["fit_rate"] == pytest.approx(round((1 + 8 / 15) / 2, 4))  # the other three are unplayable
 
 
 def test_positions_from_a_models_own_games_carry_the_refusals_it_saw(setup):
@@ -115,7 +120,11 @@ def test_endgame_cli_writes_positions_pairs_them_and_refuses_misuse(tiny_model_d
     games = tmp_path / "games.json"
     assert run_cli("eval", "--model", tiny_model_dir, "--games", 2, "--max-tokens", 8, "--quiet", "--json",
                    games).exit_code == 0
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({**a, "per_position": [{**a["per_position"][0], "key": "no turns", "unplayable": False,
+                                                         "guess": "crane"}]}))
     for bad in (["eval", "--compare", first, games], ["eval", "--endgame", "--policy", "solver"],
+                ["eval", "--compare", first, broken],
                 [*args, "--games", 3], ["eval", "--model", tiny_model_dir, "--from-games", first]):
         refused = run_cli(*bad)
         assert refused.exit_code == 2 and refused.output.count("error:") == 1, refused.output

@@ -17,7 +17,7 @@ from llm.format import format_answer, parse_answer
 from rl.reward import COMPONENTS, RewardScorer, RewardWeights
 from sft.cot import truthful_answer
 from solver.entropy import score_guesses
-from solver.feedback import feedback
+from solver.feedback import feedback, pattern_to_string
 from solver.setup import load_setup
 
 
@@ -79,6 +79,23 @@ def test_consistent_and_possible_are_separate_credits(setup, scorer):
     rewards = scorer.score([answer(fitting[0]), answer(state.candidate_words()[0])], state, secret)
     assert rewards.component("consistent").tolist() == [scorer.weights.consistent] * 2
     assert rewards.component("possible").tolist() == [0.0, scorer.weights.possible]
+
+
+def test_fit_is_the_share_of_earlier_tiles_the_guess_would_have_given(setup):
+    """The graded `consistent`: 1 for a word that fits every clue, the share of the 5 x turns
+    feedback tiles it reproduces otherwise, counted with the rules' own feedback."""
+    scorer = RewardScorer(setup, RewardWeights(fit=2.0))
+    secret = setup.lists.answers[40]
+    state = played(setup, secret, setup.lists.answers[5], setup.lists.answers[90])
+    words = [w for w in setup.lists.allowed[:400] if w not in state.guesses][:60]
+    rewards = scorer.score([answer(w) for w in words], state, secret)
+    for word, fit, consistent in zip(words, rewards.component("fit"), rewards.component("consistent")):
+        shared = sum(a == b for t in state.turns
+                     for a, b in zip(pattern_to_string(feedback(t.guess, word)), pattern_to_string(t.pattern)))
+        assert fit == pytest.approx(2.0 * shared / 10)
+        assert (consistent > 0) == (shared == 10) == state.constraints.allows(word)
+    assert len(set(rewards.component("fit").round(6))) > 2  # graded, not 0/1
+    assert RewardScorer(setup).score([answer(words[0])], state, secret).component("fit").tolist() == [0.0]
 
 
 def test_a_word_refused_earlier_at_this_turn_scores_the_floor_again(setup, scorer):
