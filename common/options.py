@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Callable
+from typing import Any, Callable, Iterable
 
 import click
 
 from common.errors import UserError
 from common.fileio import check_writable_file, check_writable_folder
+from common.knobs import Declared, declare
 
 
 def _checked(check: Callable) -> Callable:
@@ -48,10 +49,42 @@ class FiniteFloat(click.FloatRange):
         return super().convert(number, param, ctx)
 
 
-MAX_SEED = 2**63 - 1  # what numpy's and mlx's generators take
+def knob_type(entry: Declared) -> Any:
+    """The click type of a knob's option: its choices and range refused as click refuses a bad value."""
+    spec, kind = entry.knob, entry.base
+    if spec.choices:
+        return click.Choice(spec.choices)
+    if spec.range is not None:
+        bounds = (spec.range.low, spec.range.high)
+        return (click.IntRange if kind is int else FiniteFloat)(*bounds, min_open=spec.range.open_low)
+    return kind
 
-seed_option = click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,
-                           help="Seed of every random choice: the same seed gives the same result.")
+
+def knob_option(entry: Declared) -> Callable:
+    """The click option of the knob `entry`: its flag, type, default and help. It fills the parameter
+    named as the knob's key, so that a command's values build its settings as they are."""
+    spec = entry.knob
+    if entry.base is bool:
+        return click.option(spec.flag, entry.key, is_flag=True, default=entry.default, help=spec.help)
+    return click.option(spec.flag, entry.key, type=knob_type(entry), default=entry.default, show_default=True,
+                        help=spec.help)
+
+
+def knob_options(entries: Iterable[Declared]) -> Callable:
+    """One option per knob that declares a flag, in the order given."""
+    def decorate(f: Callable) -> Callable:
+        for entry in reversed([entry for entry in entries if entry.knob.flag]):
+            f = knob_option(entry)(f)
+        return f
+
+    return decorate
+
+
+MAX_SEED = 2**63 - 1  # what numpy's and mlx's generators take
+# Every command's seed, and every settings' (knob_like): the same seed gives the same result.
+SEED = declare("seed", int, 0, "Seed of every random choice: the same seed gives the same result.",
+               range=(0, MAX_SEED), flag="--seed")
+seed_option = knob_option(SEED)
 
 
 def flag(name: str) -> str:

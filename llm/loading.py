@@ -23,6 +23,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from common.errors import UserError
 from common.fileio import read_json
+from common.knobs import declare
 from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_LEAVES, ADAPTER_WEIGHTS, STACKED_ON
 
 # What loading a folder or an adapter raises for broken files (bad JSON, truncated
@@ -30,6 +31,9 @@ from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_LEAVES, ADAPTER_WEIGHTS, S
 _LOAD_ERRORS = (OSError, ValueError, RuntimeError, KeyError, TypeError, AttributeError)
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
 DTYPE_CHOICES = ("auto", *DTYPES)
+# Every command's --dtype, and every settings' dtype (common/knobs.py knob_like).
+DTYPE = declare("dtype", str, "auto", "Weights' dtype: auto is float32 on a CPU and bfloat16 on a GPU (adapters, "
+                                      "loss and log-probs stay float32).", choices=DTYPE_CHOICES, flag="--dtype")
 
 
 def resolve_dtype(name: str = "auto", device: mx.Device | None = None) -> mx.Dtype:

@@ -6,15 +6,13 @@ from typing import Callable
 
 import click
 
-from common.options import FiniteFloat
+from common.options import FiniteFloat, knob_option
 from llm.generation import MAX_TEMPERATURE, SamplingSettings
-from llm.loading import DTYPE_CHOICES
+from llm.loading import DTYPE
 
 DEFAULTS = SamplingSettings()
 
-dtype_option = click.option(
-    "--dtype", type=click.Choice(DTYPE_CHOICES), default="auto", show_default=True,
-    help="Weights' dtype: auto is float32 on a CPU and bfloat16 on a GPU (adapters, loss and log-probs stay float32).")
+dtype_option = knob_option(DTYPE)
 
 
 def model_options(f: Callable) -> Callable:

@@ -9,17 +9,15 @@ schedule string is a one-line `UserError` naming the key, before anything loads.
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.errors import UserError
 from common.fileio import parse_json, read_text
-from common.knobs import declared, knob
-from common.options import MAX_SEED
-from llm.loading import DTYPE_CHOICES
+from common.knobs import checked, declared, knob, knob_like, shown
+from common.options import SEED
+from llm.loading import DTYPE
 from rl.expert_iteration import EISettings
 from rl.grpo import GrpoSettings
 from rl.heldout import BEST_BY
@@ -36,14 +34,12 @@ class RLConfig:
     steps: int = knob(100, "Total steps (GRPO updates + expert-iteration rounds).", range=(1, 10_000_000),
                       flag="--steps")
     schedule: str = knob("grpo:4,ei:1", 'Phases in turn, e.g. "grpo:4,ei:1".', flag="--schedule")
-    seed: int = knob(0, "Seed of every random choice: the same seed gives the same result.", range=(0, MAX_SEED),
-                     flag="--seed")
+    seed: int = knob_like(SEED)
     checkpoint_every: int = knob(10, "Steps between checkpoints.", range=(1, 10_000_000), flag="--checkpoint-every")
     keep_checkpoints: int = knob(2, "Checkpoints kept on disk, the latest ones.", range=(1, 1000))
     secrets: str = knob("answers", "The list secrets come from (held-out words are always excluded).",
                         choices=SECRET_KINDS)
-    dtype: str = knob("auto", "Weights' dtype: auto (float32 on a CPU, bfloat16 on a GPU), float32, bfloat16 or "
-                              "float16; the adapter stays float32.", choices=DTYPE_CHOICES, flag="--dtype")
+    dtype: str = knob_like(DTYPE)
     eval_every: int = knob(10, "Steps between held-out validation evals; the best is kept as OUT/best (0: none).",
                            range=(0, 10_000_000), flag="--eval-every")
     eval_games: int = knob(32, "Held-out validation games per eval, the same ones every time (0: none).",
@@ -185,7 +181,7 @@ def _deep_copy(data: dict) -> dict:
 
 def _build(cls, data, prefix: str, names: Names):
     if not isinstance(data, dict):
-        raise UserError(f"{names.where}: {prefix.rstrip('.') or 'the config'} must be a mapping, got {_shown(data)}")
+        raise UserError(f"{names.where}: {prefix.rstrip('.') or 'the config'} must be a mapping, got {shown(data)}")
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
@@ -206,37 +202,7 @@ def _build(cls, data, prefix: str, names: Names):
 
 def _check_value(key: str, value, names: Names):
     """`value` for the knob `key` as its declaration allows (a float from an int), or a UserError naming it."""
-    kind, spec = KNOBS[key].kind, KNOBS[key].knob
-    what = f"{names.blame(key)}{names(key)}"
-    if kind is bool:
-        if not isinstance(value, bool):
-            raise UserError(f"{what} must be true or false, got {_shown(value)}")
-        return value
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise UserError(f"{what} must be a whole number, got {_shown(value)}")
-    elif kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            raise UserError(f"{what} must be a number, got {_shown(value)}")
-        value = float(value)
-    elif kind is str:
-        if not isinstance(value, str):
-            raise UserError(f"{what} must be a string, got {_shown(value)}")
-        if spec.choices and value not in spec.choices:
-            raise UserError(f"{what} must be one of {', '.join(spec.choices)}, got {_shown(value)}")
-        if key == "schedule":
-            parse_schedule(value)
-        return value
-    if spec.range is not None and not spec.range.holds(value):
-        raise UserError(f"{what} must be {spec.range}, got {_shown(value)}")
+    value = checked(KNOBS[key], value, f"{names.blame(key)}{names(key)}")
+    if key == "schedule":
+        parse_schedule(value)
     return value
-
-
-def _shown(value) -> str:
-    """A value as the user wrote it in JSON or YAML (true, null), not as Python shows it (True, None)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    try:
-        return json.dumps(value) if not isinstance(value, str) else repr(value)
-    except (TypeError, ValueError):
-        return str(value)

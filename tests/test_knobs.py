@@ -8,6 +8,9 @@ from dataclasses import fields
 from click.testing import CliRunner
 
 from cli import cli
+from common.knobs import knobs_of
+from common.options import SEED
+from llm.loading import DTYPE
 from rl.commands import FLAGS
 from rl.config import KNOBS, RLConfig, build_config
 from rl.pipeline import RL_FLAGS, RL_KEY, PipelineSettings
@@ -44,3 +47,11 @@ def test_the_pipeline_names_its_own_flag_for_every_rl_knob_it_sets():
     settings = [f for f in fields(PipelineSettings) if RL_KEY in f.metadata]
     assert {f.metadata[RL_KEY] for f in settings} == set(RL_FLAGS) <= set(KNOBS)
     assert RL_FLAGS["rollout.group_size"] == "--group-size" and RL_FLAGS["steps"] == "--rl-steps"
+
+
+def test_the_seed_and_the_dtype_are_declared_once():
+    for entry in (SEED, DTYPE):
+        assert knobs_of(RLConfig)[entry.key].knob == entry.knob
+        for command in ("eval", "sft", "pipeline", *(("gen-sft",) if entry is SEED else ())):
+            (option,) = [p for p in cli.commands[command].params if entry.knob.flag in p.opts]
+            assert (option.default, option.help) == (entry.default, entry.knob.help), (command, entry.key)
