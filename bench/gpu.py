@@ -69,7 +69,7 @@ from llm.adapter_files import read_adapter_config
 from llm.generation import SamplingSettings
 from llm.loading import load_model, resolve_dtype, resolve_model
 from llm.options import dtype_option
-from sft.run import SFTConfig
+from sft.config import SFTConfig
 
 TARGETS = {  # figure: (at least / at most, the H100 target)
     "sft_tokens_per_s": (">=", 100_000), "sft_over_mlx_lm": (">=", 1.0), "eval_games_per_s": (">=", 6.0),
@@ -127,10 +127,9 @@ def run_part(name: str, parts: dict, work: Callable[[], dict], line: Callable[[d
 
 def gen_sft_part(out: Path, model: str, games: int, seed: int) -> dict:
     from sft.gen_command import generate_dataset
-    from solver.policy import SolverSettings
+    from sft.gen_data import GenSettings
 
-    made = generate_dataset(out, games, "answers", None, None, SolverSettings(), 5, 0.5, seed, model,
-                            show_progress=False)
+    made = generate_dataset(out, GenSettings(games=games, seed=seed), model, show_progress=False)
     return {"games": games, "examples": made["examples"],
             "train_examples": made["splits"].get("train", {}).get("examples"), "play_seconds": made["play_seconds"]}
 

@@ -31,7 +31,7 @@ from eval.report import FIGURES
 from llm import distributed
 from llm.generation import SamplingSettings
 from rl.config import RLConfig, build_config
-from sft.gen_data import MAX_GAMES
+from sft.gen_data import MAX_GAMES, GenSettings
 from sft.run_folder import claim, refuse_changes
 
 STAGES_FILE = "stages.json"
@@ -196,9 +196,9 @@ def _run_pipeline(out: Path, stages: Stages, show_progress: bool) -> dict:
     from llm.loading import resolve_model
     from rl.loop import RunRequest, run_rl
     from sft.checkpoint import latest_checkpoint
+    from sft.config import SFTConfig
     from sft.gen_command import generate_dataset
-    from sft.run import SFTConfig, run_sft
-    from solver.policy import SolverSettings
+    from sft.run import run_sft
     from solver.setup import load_setup
 
     # Every setting of every stage, and the model, are checked before the first stage runs
@@ -215,9 +215,9 @@ def _run_pipeline(out: Path, stages: Stages, show_progress: bool) -> dict:
     console = Console()
 
     console.rule("1/4 gen-sft: solver games with chain-of-thought")
-    stages.run("gen-sft", lambda: generate_dataset(
-        data, settings.sft_games, "answers", None, None, SolverSettings(), settings.max_history, 0.5,
-        settings.seed, settings.model, show_progress, expert=settings.expert))
+    gen = GenSettings(games=settings.sft_games, expert=settings.expert, max_history=settings.max_history,
+                      seed=settings.seed)
+    stages.run("gen-sft", lambda: generate_dataset(data, gen, settings.model, show_progress=show_progress))
 
     console.rule("2/4 sft: LoRA on the solver's answers")
     stages.run("sft", lambda: run_sft(sft_config, show_progress=show_progress))

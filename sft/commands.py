@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from common.options import given_params, json_option, seed_option, writable_folder
-from llm.options import dtype_option
+from common.options import given_params, json_option, knob_options, writable_folder
+from sft.config import KNOBS, SFTConfig
 
 
 @click.command("sft")
@@ -18,29 +18,14 @@ from llm.options import dtype_option
               help="Run folder: checkpoints/, metrics.jsonl, adapter/ (and fused/).")
 @click.option("--adapter", type=click.Path(), default=None,
               help="Start from this adapter (its rank and type replace --rank/--full).")
-@click.option("--iters", type=int, default=1000, show_default=True, help="Optimizer steps.")
-@click.option("--rank", type=int, default=8, show_default=True, help="LoRA rank (all projections, all layers).")
-@click.option("--lr", "learning_rate", type=float, default=1e-4, show_default=True,
-              help="Peak learning rate (linear warm-up, then cosine decay to 10%).")
-@click.option("--warmup", type=int, default=None, help="Warm-up steps [default: 5% of --iters].")
-@click.option("--batch-size", type=int, default=4, show_default=True)
-@click.option("--max-seq-len", type=int, default=1024, show_default=True,
-              help="Longest example allowed (longer ones are an error, never silently cut).")
-@click.option("--full", is_flag=True, help="Train all transformer weights instead of a LoRA adapter.")
+@knob_options(KNOBS.values())
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint (running the same "
                                              "command again does too); flags left out are the run's own.")
 @click.option("--fuse", is_flag=True, help="Also write --out/fused: base + adapter in one model, checked "
                                            "to answer like the adapter.")
-@click.option("--eval-every", type=int, default=100, show_default=True,
-              help="Validation loss and a few held-out games every K steps.")
-@click.option("--eval-games", type=int, default=8, show_default=True, help="Held-out games per eval (0: none).")
-@click.option("--save-every", type=int, default=100, show_default=True, help="Checkpoint every K steps.")
-@seed_option
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-@dtype_option
 @json_option
-def sft(model, data, out, adapter, iters, rank, learning_rate, warmup, batch_size, max_seq_len, full, resume, fuse,
-        eval_every, eval_games, save_every, seed, quiet, dtype, json_path) -> None:
+def sft(model, data, out, adapter, resume, fuse, quiet, json_path, **knobs) -> None:
     """Fine-tune a model on chat examples; write OUT/adapter (mlx-lm format) and metrics.
 
     Run the same command again to continue the run in --out from its last checkpoint (a run
@@ -50,12 +35,9 @@ def sft(model, data, out, adapter, iters, rank, learning_rate, warmup, batch_siz
     from rich.console import Console
 
     from common.fileio import atomic_write_json
-    from sft.run import SFTConfig, run_sft
+    from sft.run import run_sft
 
-    config = SFTConfig(model=model, data=data, out=out, adapter=adapter, iters=iters, rank=rank,
-                       learning_rate=learning_rate, batch_size=batch_size, max_seq_len=max_seq_len, full=full,
-                       warmup=warmup, eval_every=eval_every, eval_games=eval_games, save_every=save_every,
-                       seed=seed, dtype=dtype)
+    config = SFTConfig(model=model, data=data, out=out, adapter=adapter, **knobs)
     summary = run_sft(config, resume=resume, fuse=fuse, show_progress=not quiet,
                       given=given_params(click.get_current_context()))
     if summary is None:  # a process other than rank 0 under mlx.launch: rank 0 reports

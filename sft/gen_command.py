@@ -12,32 +12,19 @@ from rich.table import Table
 
 from common.errors import UserError
 from common.fileio import atomic_replace_dir, atomic_write_json
-from common.options import FiniteFloat, json_option, replaced_folder, seed_option
-from llm.histories import DEFAULT_REJECTED
-from sft.gen_data import MAX_GAMES
+from common.knobs import knobs_of
+from common.options import json_option, knob_options, replaced_folder
+from sft.gen_data import GenSettings
 from solver.options import solver_options, word_list_options
-from solver.policy import EXPERTS, SolverSettings
+from solver.policy import SolverSettings
 
 
 @click.command("gen-sft")
 @click.option("--out", required=True, type=click.Path(), callback=replaced_folder,
               help="Folder for the dataset (built aside, then swapped in).")
-@click.option("--games", type=click.IntRange(1, MAX_GAMES), default=2000, show_default=True,
-              help=f"Solver games to play; every solver turn is one example (at most {MAX_GAMES:,}: "
-                   "the examples stay in memory until the dataset is written).")
 @word_list_options()
 @solver_options
-@click.option("--expert", type=click.Choice(EXPERTS), default="solver", show_default=True,
-              help="The teacher: the solver's own moves, or its best word among those that can still be "
-                   "the secret (every target fits the clues, as a small model can learn to play).")
-@click.option("--max-history", type=click.IntRange(0, 5), default=5, show_default=True,
-              help="Most earlier turns a prompt shows; start states get 0..N of them.")
-@click.option("--off-policy", type=FiniteFloat(0.0, 1.0), default=0.5, show_default=True,
-              help="Chance that an earlier turn is not the solver's (a fitting or a random word).")
-@click.option("--rejected", type=FiniteFloat(0.0, 1.0), default=DEFAULT_REJECTED, show_default=True,
-              help="Share of prompts that also name one or two answers refused at that turn, as eval "
-                   "and RL show them after a bad answer.")
-@seed_option
+@knob_options(knobs_of(GenSettings).values())
 @click.option("--model", default=None,
               help="Tokenizer for the token statistics (default: the default model's, if cached).")
 @click.option("--overwrite", is_flag=True, help="Replace the gen-sft dataset in --out (another command's output "
@@ -46,28 +33,28 @@ from solver.policy import EXPERTS, SolverSettings
               help="Ignore the solver's decisions stored by earlier runs (to time a first run).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @json_option
-def gen_sft(out, games, secrets, answers, allowed, hard, lookahead, top_k, expert, max_history, off_policy, rejected,
-            seed, model, overwrite, cold, quiet, json_path) -> None:
+def gen_sft(out, secrets, answers, allowed, hard, lookahead, top_k, model, overwrite, cold, quiet, json_path,
+            **knobs) -> None:
     """Play solver games and write one chain-of-thought example per solver turn, split by secret."""
     from rich.console import Console
 
     from common.run_lock import run_lock
 
     check_out_path(Path(out))
-    settings = SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k)
     with run_lock(out):  # no run may be writing into the folder this one replaces
         check_out_dir(Path(out), overwrite)
-        result = generate_dataset(Path(out), games, secrets, answers, allowed, settings, max_history, off_policy,
-                                  seed, model, show_progress=not quiet, cold=cold, rejected=rejected, expert=expert)
+        result = generate_dataset(Path(out), GenSettings(**knobs), model, secrets, answers, allowed,
+                                  SolverSettings(hard=hard, lookahead=lookahead, top_k=top_k),
+                                  show_progress=not quiet, cold=cold)
     if json_path:
         atomic_write_json(json_path, result)
     Console().print(summary_table(result))
 
 
-def generate_dataset(out: Path, games: int, secret_kind: str, answers: str | None, allowed: str | None,
-                     settings: SolverSettings, max_history: int, off_policy: float, seed: int,
-                     model: str | None, show_progress: bool = True, cold: bool = False,
-                     rejected: float = DEFAULT_REJECTED, expert: str = "solver") -> dict:
+def generate_dataset(out: Path, settings: GenSettings, model: str | None, secret_kind: str = "answers",
+                     answers: str | None = None, allowed: str | None = None,
+                     solver_settings: SolverSettings = SolverSettings(), show_progress: bool = True,
+                     cold: bool = False) -> dict:
     """Play, write `out` atomically, and return the summary (also the body of manifest.json).
 
     The solver's decisions from earlier runs are read from disk (and new ones added)
@@ -84,7 +71,7 @@ def generate_dataset(out: Path, games: int, secret_kind: str, answers: str | Non
     from solver.setup import load_setup
 
     setup = load_setup(secret_kind, answers, allowed)
-    solver = setup.solver(settings)
+    solver = setup.solver(solver_settings)
     # Start-up work stays off the clock, which times the per-example work: the opener
     # (computed once, then cached), the compiled kernels' load, the datasets import.
     solver.opener()
@@ -93,29 +80,29 @@ def generate_dataset(out: Path, games: int, secret_kind: str, answers: str | Non
     import datasets  # noqa: F401
     tokenizer, tokenizer_name = load_tokenizer(model)
     gc.freeze()  # the start-up's objects (transformers, datasets) stay out of the run's collections
-    rng = np.random.default_rng(seed)
-    dealt = deal_games(secrets_by_split(setup.lists.secrets(secret_kind)), games, rng)
+    rng = np.random.default_rng(settings.seed)
+    dealt = deal_games(secrets_by_split(setup.lists.secrets(secret_kind)), settings.games, rng)
 
     started = time.perf_counter()
     progress = progress_bar("games", disable=not show_progress)
-    teacher = expert_policy(solver, expert)
+    teacher = expert_policy(solver, settings.expert)
     with progress, (nullcontext(0) if cold else remembered(solver)) as stored_decisions:
         task = progress.add_task("gen-sft", total=len(dealt))
-        examples = play_examples(setup, teacher, dealt, rng, max_history, off_policy, rejected,
-                                 on_game=lambda: progress.advance(task))
+        examples = play_examples(setup, teacher, dealt, rng, settings.max_history, settings.off_policy,
+                                 settings.rejected, on_game=lambda: progress.advance(task))
     played = time.perf_counter()
     prompt_tokens, answer_tokens = token_lengths(examples, tokenizer)
     counted = time.perf_counter()
     manifest = {
         "examples": len(examples),
         "splits": split_summary(examples, prompt_tokens, answer_tokens),
-        "seed": seed,
-        "games": games,
-        "max_history": max_history,
-        "off_policy": off_policy,
-        "rejected": rejected,
-        "solver": {"name": solver.name, "expert": expert, "hard": settings.hard, "lookahead": settings.lookahead,
-                   "top_k": settings.top_k},
+        "seed": settings.seed,
+        "games": settings.games,
+        "max_history": settings.max_history,
+        "off_policy": settings.off_policy,
+        "rejected": settings.rejected,
+        "solver": {"name": solver.name, "expert": settings.expert, "hard": solver_settings.hard,
+                   "lookahead": solver_settings.lookahead, "top_k": solver_settings.top_k},
         "word_lists": {"fingerprint": setup.lists.fingerprint, "secrets": secret_kind,
                        "answers": len(setup.lists.answers), "allowed": len(setup.lists.allowed)},
         "tokenizer": tokenizer_name,

@@ -20,12 +20,14 @@ from typing import Callable
 import numpy as np
 
 from common.errors import UserError
+from common.knobs import knob, knob_like
+from common.options import SEED
 from eval.splits import trainable
 from llm.format import Rejection, messages
-from llm.histories import SOLVER, sample_rejections
+from llm.histories import DEFAULT_REJECTED, SOLVER, sample_rejections
 from sft.cot import expert_move
 from sft.states import sample_start_state, secret_columns
-from solver.policy import Policy
+from solver.policy import EXPERTS, Policy
 from solver.setup import Setup
 from solver.state import GameState
 
@@ -36,6 +38,27 @@ CHARS_PER_TOKEN = {"prompt": 3.2, "answer": 2.3}
 # The examples of every game are held in memory until the dataset is written: about 15 kB a game
 # (measured: 2,000 games took 26 MB more than 200), so this bound keeps a run near 1.5 GB.
 MAX_GAMES = 100_000
+
+
+@dataclass(frozen=True)
+class GenSettings:
+    """What gen-sft plays and how its prompts vary: each knob declared once, for gen-sft's flags,
+    its manifest and the pipeline's first stage."""
+
+    games: int = knob(2000, f"Solver games to play; every solver turn is one example (at most {MAX_GAMES:,}: "
+                            "the examples stay in memory until the dataset is written).", range=(1, MAX_GAMES),
+                      flag="--games")
+    expert: str = knob("solver", "The teacher: the solver's own moves, or its best word among those that can still "
+                                 "be the secret (every target fits the clues, as a small model can learn to play).",
+                       choices=EXPERTS, flag="--expert")
+    max_history: int = knob(5, "Most earlier turns a prompt shows; start states get 0..N of them.", range=(0, 5),
+                            flag="--max-history")
+    off_policy: float = knob(0.5, "Chance that an earlier turn is not the solver's (a fitting or a random word).",
+                             range=(0.0, 1.0), flag="--off-policy")
+    rejected: float = knob(DEFAULT_REJECTED, "Share of prompts that also name one or two answers refused at that "
+                                             "turn, as eval and RL show them after a bad answer.", range=(0.0, 1.0),
+                           flag="--rejected")
+    seed: int = knob_like(SEED)
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from llm.adapter_files import ADAPTER_LEAVES, read_adapter_config
 class AdapterSettings:
     """What to train. `scale` multiplies the low-rank update (mlx-lm's default, 20)."""
 
-    full: bool = knob(False, "Train every transformer layer instead of a LoRA adapter.")
-    rank: int = knob(8, "Rank of the low-rank update.", range=(1, 1024))
+    full: bool = knob(False, "Train all transformer weights instead of a LoRA adapter.")
+    rank: int = knob(8, "LoRA rank (all projections, all layers).", range=(1, 1024))
     scale: float = knob(20.0, "Multiplier of the low-rank update.", range=(0.0, 1000.0), open_low=True)
     dropout: float = knob(0.0, "Dropout on the adapter's input.", range=(0.0, 1.0))
 

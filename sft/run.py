@@ -21,7 +21,7 @@ import hashlib
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -31,72 +31,14 @@ from common.fileio import append_line, atomic_write_json, atomic_write_text, rea
 from llm import distributed
 from llm.adapter_files import save_adapter
 from sft.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from sft.config import FIXED, FLAGS, MAY_CHANGE, SFTConfig
 from sft.data import SFTData, check_lengths, load_data_dir, prompt_of
 from sft.lora import AdapterSettings, attach_adapter, continue_adapter, trainable_weights
 from sft.run_folder import claim, continues, note_starts_again, refuse_changes
 from sft.trainer import BatchOrder, OptimizerSettings, SFTTrainer, collate
 
-MAX_STEPS = 10_000_000  # as rl's steps
 VAL_EXAMPLES = 64  # validation loss on at most this many valid.jsonl examples: it runs every --eval-every steps
 FUSE_PROMPTS = 4
-
-
-@dataclass(frozen=True)
-class SFTConfig:
-    model: str
-    data: str | None  # None: a continued run's own (run.json)
-    out: str
-    adapter: str | None = None
-    iters: int = 1000
-    rank: int = 8
-    learning_rate: float = 1e-4
-    batch_size: int = 4
-    max_seq_len: int = 1024
-    full: bool = False
-    warmup: int | None = None  # None: 5% of iters
-    eval_every: int = 100
-    eval_games: int = 8
-    save_every: int = 100
-    seed: int = 0
-    dtype: str = "auto"  # the base weights' dtype (llm/loading.py); the adapter trains in float32
-
-    @property
-    def warmup_steps(self) -> int:
-        return self.iters // 20 if self.warmup is None else self.warmup
-
-    def check(self) -> None:
-        """One-line errors for values no run can use."""
-        # (value, most a run can use): mlx's schedules fail on step counts past 64 bits (std::bad_cast)
-        positive = {"--iters": (self.iters, MAX_STEPS), "--rank": (self.rank, 1024),
-                    "--batch-size": (self.batch_size, 4096), "--eval-every": (self.eval_every, None),
-                    "--save-every": (self.save_every, None)}
-        for flag, (value, most) in positive.items():
-            if value <= 0:
-                raise UserError(f"{flag} must be a positive integer, got {value}")
-            if most is not None and value > most:
-                raise UserError(f"{flag} must be at most {most:,}, got {value}")
-        if not 0 < self.learning_rate <= 1:  # also refuses nan and inf, which train to an all-NaN adapter
-            raise UserError(f"--lr must be > 0 and <= 1, got {self.learning_rate}")
-        if self.max_seq_len < 32:
-            raise UserError(f"--max-seq-len {self.max_seq_len} is too small: a prompt alone is longer")
-        if self.eval_games < 0:
-            raise UserError(f"--eval-games must be 0 or more, got {self.eval_games}")
-        if not 0 <= self.warmup_steps < self.iters:
-            raise UserError(f"--warmup must be between 0 and --iters - 1, got {self.warmup_steps}")
-
-    def trajectory(self, data_digest: str) -> dict:
-        """What decides the weights at every step: a resumed run must agree on all of it."""
-        return {**{k: getattr(self, k) for k in FIXED}, "warmup": self.warmup_steps, "train_sha256": data_digest}
-
-
-# The flag behind each setting, as messages name it; FIXED ones (with --warmup and the train
-# data) decide the weights at every step, so a continued run keeps them.
-FLAGS = {"model": "--model", "data": "--data", "adapter": "--adapter", "iters": "--iters", "rank": "--rank",
-         "learning_rate": "--lr", "warmup": "--warmup", "batch_size": "--batch-size", "max_seq_len": "--max-seq-len",
-         "full": "--full", "eval_every": "--eval-every", "eval_games": "--eval-games", "save_every": "--save-every",
-         "seed": "--seed", "dtype": "--dtype", "train_sha256": "--data (its train.jsonl)"}
-FIXED = ("model", "adapter", "iters", "rank", "learning_rate", "batch_size", "max_seq_len", "full", "seed")
-MAY_CHANGE = "only --data (with the same train.jsonl), --eval-every, --eval-games, --save-every and --dtype may change"
 
 
 class MetricsLog:

@@ -46,20 +46,27 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx_lm.tuner.utils import build_schedule
 
+from common.knobs import knob
 from llm import distributed
 from llm.tolerance import logit_tolerance, weight_dtype
 from sft.data import Conversation, Tokenized, tokenize
 
 PAD_MULTIPLE = 32  # as mlx-lm: few distinct shapes, so few recompilations
+MAX_STEPS = 10_000_000  # as rl's steps: mlx's schedules fail on step counts past 64 bits (std::bad_cast)
+MIN_LR_RATIO = 0.1  # the cosine's floor, as a fraction of the peak learning rate
 
 
 @dataclass(frozen=True)
 class OptimizerSettings:
-    learning_rate: float = 1e-4
-    total_steps: int = 1000  # where the cosine reaches its floor
-    warmup_steps: int = 0  # linear ramp from 0 to learning_rate
-    min_lr_ratio: float = 0.1  # the floor, as a fraction of learning_rate
-    grad_clip: float = 1.0  # global gradient norm
+    """Adam's schedule and clipping. `sft` takes its knobs over (sft/config.py), so that a flag accepts
+    what the schedule can use."""
+
+    learning_rate: float = knob(1e-4, "Peak learning rate (linear warm-up, then cosine decay to "
+                                      f"{MIN_LR_RATIO:.0%}).", range=(0, 1), open_low=True)
+    total_steps: int = knob(1000, "Steps until the cosine reaches its floor.", range=(1, MAX_STEPS))
+    warmup_steps: int = knob(0, "Steps of the linear ramp from 0 to learning_rate.", range=(0, MAX_STEPS))
+    min_lr_ratio: float = knob(MIN_LR_RATIO, "The floor, as a fraction of learning_rate.", range=(0.0, 1.0))
+    grad_clip: float = knob(1.0, "Global gradient norm gradients are clipped to.", range=(0.0, None), open_low=True)
 
 
 @dataclass(frozen=True)
