@@ -16,7 +16,7 @@ pipeline's RL stage 17-24 (results/rl-replay/).
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,13 +25,15 @@ from rich.table import Table
 
 from common.errors import UserError
 from common.fileio import atomic_write_json, read_json
+from common.knobs import Declared, check_knobs, knob, knob_field, knobs_of
 from common.options import flag
 from eval.paired import improvement_verdict
 from eval.report import FIGURES
 from llm import distributed
 from llm.generation import SamplingSettings
-from rl.config import RLConfig, build_config
-from sft.gen_data import MAX_GAMES, GenSettings
+from rl.config import KNOBS, RLConfig, build_config
+from sft.config import KNOBS as SFT_KNOBS
+from sft.gen_data import GenSettings
 from sft.run_folder import claim, refuse_changes
 
 STAGES_FILE = "stages.json"
@@ -56,13 +58,20 @@ def recipe_for(name: str, device=None) -> dict:
     return dict(GPU_RECIPE) if name == "gpu" else {}
 
 
+GEN_KNOBS = knobs_of(GenSettings)
 RL_KEY = "rl_key"  # the metadata key of a pipeline setting that is an RL knob
 
 
-def rl_knob(key: str, default: Any) -> Any:
-    """A pipeline setting that is the RL knob `key` (rl/config.py KNOBS) under the pipeline's own
-    name and default: its type, range and choices are that knob's, checked by `build_config`."""
-    return field(default=default, metadata={RL_KEY: key})
+def stage_knob(entry: Declared, default: Any, flag: str | None = None, help: str | None = None,
+               **metadata: Any) -> Any:
+    """A pipeline setting that is a stage's knob `entry` under the pipeline's own name and default: the
+    knob's type, range and choices, its help unless `help`, and `flag` where the pipeline has an option."""
+    return knob_field(default, replace(entry.knob, flag=flag, help=help or entry.knob.help), **metadata)
+
+
+def rl_knob(key: str, default: Any, flag: str | None = None, help: str | None = None) -> Any:
+    """The RL knob `key` (rl/config.py KNOBS) as a pipeline setting (`stage_knob`): `rl_config` passes it on."""
+    return stage_knob(KNOBS[key], default, flag, help, **{RL_KEY: key})
 
 
 @dataclass(frozen=True)
@@ -70,25 +79,27 @@ class PipelineSettings:
     """Small-scale defaults: at most 35 minutes on a 2-core CPU with the default model."""
 
     model: str = "default"
-    seed: int = rl_knob("seed", 0)
-    sft_games: int = 300
+    seed: int = rl_knob("seed", 0, "--seed")  # every stage's
+    sft_games: int = stage_knob(GEN_KNOBS["games"], 300, "--sft-games")
     # The teacher of SFT data and expert iteration (solver/policy.py EXPERTS): its best word among
     # those that can still be the secret gave the stronger SFT start (format-valid 58.7% against
     # 31.4% on the same 32 test secrets, results/pipeline-candidates/).
-    expert: str = rl_knob("ei.expert", "candidates")
-    max_history: int = 3
-    sft_iters: int = 40
-    sft_lr: float = 5e-4
-    sft_batch: int = 4
-    sft_rank: int = 8
-    rl_steps: int = rl_knob("steps", 4)
-    rl_schedule: str = rl_knob("schedule", "ei:3,grpo:1")
-    group_size: int = rl_knob("rollout.group_size", 4)
+    expert: str = rl_knob("ei.expert", "candidates", "--expert",
+                          help="The teacher of SFT data and expert iteration: the solver's moves, or its best "
+                               "possible answer.")
+    max_history: int = stage_knob(GEN_KNOBS["max_history"], 3)
+    sft_iters: int = stage_knob(SFT_KNOBS["iters"], 40, "--sft-iters", help="LoRA SFT steps.")
+    sft_lr: float = stage_knob(SFT_KNOBS["learning_rate"], 5e-4)
+    sft_batch: int = stage_knob(SFT_KNOBS["batch_size"], 4)
+    sft_rank: int = stage_knob(SFT_KNOBS["rank"], 8)
+    rl_steps: int = rl_knob("steps", 4, "--rl-steps")
+    rl_schedule: str = rl_knob("schedule", "ei:3,grpo:1", "--rl-schedule")
+    group_size: int = rl_knob("rollout.group_size", 4, "--group-size")
     rl_games: int = rl_knob("rollout.games_per_round", 2)
     rl_eval_games: int = rl_knob("eval_games", 16)  # validation games RL plays to choose its best policy
     rl_eval_every: int = rl_knob("eval_every", 0)  # 0: no validation evals, RL's last policy is compared
-    rl_start: str = rl_knob("rollout.start", "any")  # "endgame" starts where 1-6 candidates are left
-    rl_turns: int = rl_knob("rollout.turns", 0)  # groups per RL game: 0 to the end, 1 single-turn
+    rl_start: str = rl_knob("rollout.start", "any", "--rl-start")  # "endgame" starts where 1-6 candidates are left
+    rl_turns: int = rl_knob("rollout.turns", 0, "--rl-turns")  # groups per RL game: 0 to the end, 1 single-turn
     # validation endgame positions per RL eval; > 0 chooses RL/best by their closing rate
     rl_eval_endgame: int = rl_knob("eval_endgame", 0)
     ei_lr: float = rl_knob("ei.learning_rate", 3e-4)
@@ -99,25 +110,21 @@ class PipelineSettings:
     ei_samples: int = rl_knob("ei.samples", 2)  # answers sampled per position (one advances the game)
     # The expert's moves at fresh start states added to each expert-iteration step: without them
     # the updates unlearned the opener (13 of 32 playable, SFT 26; results/rl-replay/).
-    ei_replay: int = rl_knob("ei.replay", 16)
+    ei_replay: int = rl_knob("ei.replay", 16, "--ei-replay")
     # The expert's moves at the positions after its opener that most training secrets lead to,
     # taught at every expert-iteration step (0: none; results/rl-drill/).
-    ei_drill: int = rl_knob("ei.drill", 0)
-    ei_drill_depth: int = rl_knob("ei.drill_depth", 1)  # drill after each of the expert's first N moves
+    ei_drill: int = rl_knob("ei.drill", 0, "--ei-drill")
+    ei_drill_depth: int = rl_knob("ei.drill_depth", 1, "--ei-drill-depth")  # after each of the expert's first N moves
     grpo_lr: float = rl_knob("grpo.learning_rate", 1e-4)
     grpo_groups: int = rl_knob("grpo.groups_per_step", 4)  # informative groups per GRPO step, from one round
-    eval_games: int = 32  # test games per model in the comparison
+    eval_games: int = knob(32, "Held-out games per model.", range=(1, None), flag="--eval-games")  # test games
     max_tokens: int = rl_knob("rollout.max_tokens", 160)  # the longest solver answer is ~130 tokens
-    dtype: str = rl_knob("dtype", "auto")  # the weights' dtype in every stage (llm/loading.py)
+    dtype: str = rl_knob("dtype", "auto", "--dtype")  # the weights' dtype in every stage (llm/loading.py)
 
     def check(self) -> None:
         """Every stage's settings, before the first stage runs: a bad --group-size must not cost a
-        gen-sft and an SFT run. The RL knobs are checked as the RL config checks them."""
-        if self.sft_games > MAX_GAMES:
-            raise UserError(f"--sft-games must be at most {MAX_GAMES:,}, got {self.sft_games}")
-        for name in ("sft_games", "sft_iters", "eval_games"):
-            if getattr(self, name) <= 0:
-                raise UserError(f"{flag(name)} must be positive, got {getattr(self, name)}")
+        gen-sft and an SFT run. Each is checked as its stage's knob, and the RL config as a whole."""
+        check_knobs(self, NAMES)
         self.rl_config()
 
     def rl_config(self) -> RLConfig:
@@ -129,8 +136,10 @@ class PipelineSettings:
         return build_config({}, {**knobs, **fixed}, "pipeline", RL_FLAGS)
 
 
+# How messages name each setting: by the flag spelt from its name, also where only a recipe sets it.
+NAMES = {f.name: flag(f.name) for f in fields(PipelineSettings)}
 # The pipeline's flag behind each RL knob it sets: an RL check names the flag the user gave.
-RL_FLAGS = {f.metadata[RL_KEY]: flag(f.name) for f in fields(PipelineSettings) if RL_KEY in f.metadata}
+RL_FLAGS = {f.metadata[RL_KEY]: NAMES[f.name] for f in fields(PipelineSettings) if RL_KEY in f.metadata}
 
 
 class Stages:
@@ -153,7 +162,7 @@ class Stages:
         saved = read_json(self.path, "pipeline record")
         self.settings = _recorded_settings(self.path, saved.get("settings"))
         asked, recorded = asdict(settings), asdict(self.settings)
-        changed = [flag(name) for name in sorted(asked if given is None else given & asked.keys())
+        changed = [NAMES[name] for name in sorted(asked if given is None else given & asked.keys())
                    if asked[name] != recorded[name]]
         refuse_changes(out, "a pipeline run", changed, "its settings may not change")
         stages = saved.get("stages", {})

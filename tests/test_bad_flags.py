@@ -45,7 +45,7 @@ def run(*args):
     (["rl", "--model", "/nonexistent", "--out", "{tmp}/rl", "--seed", "99999999999999999999"], "--seed must be"),
     (["pipeline", "--model", "/nonexistent", "--out", "{tmp}/p", "--seed", "-1"], "--seed"),
     (["pipeline", "--model", "/nonexistent", "--out", "{tmp}/p", "--sft-games", "99999999999"],
-     "--sft-games must be at most 100,000"),
+     "'--sft-games': 99999999999 is not in the range 1<=x<=100000"),
 ])
 def test_unusable_numbers_are_refused(tmp_path, args, message):
     result = run(*(a.format(tmp=tmp_path) for a in args))
@@ -54,15 +54,15 @@ def test_unusable_numbers_are_refused(tmp_path, args, message):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--group-size", "1"], "--group-size must be >= 2 and <= 256, got 1"),
-    (["--group-size", "1000"], "--group-size must be >= 2 and <= 256"),
-    (["--sft-iters", "0"], "--sft-iters must be positive"),
-    (["--eval-games", "0"], "--eval-games must be positive"),
+    (["--group-size", "1"], "'--group-size': 1 is not in the range 2<=x<=256"),
+    (["--group-size", "1000"], "'--group-size': 1000 is not in the range 2<=x<=256"),
+    (["--sft-iters", "0"], "'--sft-iters': 0 is not in the range 1<=x<=10000000"),
+    (["--eval-games", "0"], "'--eval-games': 0 is not in the range x>=1"),
     (["--rl-schedule", "grpo:0"], "the step count of 'grpo' must be a whole number >= 1"),
     (["--rl-schedule", "ppo:2"], "unknown phase 'ppo'"),
-    (["--ei-replay", "-1"], "--ei-replay must be >= 0 and <= 100000, got -1"),
-    (["--ei-drill", "243"], "--ei-drill must be >= 0 and <= 242, got 243"),
-    (["--ei-drill-depth", "6"], "--ei-drill-depth must be >= 1 and <= 5, got 6"),
+    (["--ei-replay", "-1"], "'--ei-replay': -1 is not in the range 0<=x<=100000"),
+    (["--ei-drill", "243"], "'--ei-drill': 243 is not in the range 0<=x<=242"),
+    (["--ei-drill-depth", "6"], "'--ei-drill-depth': 6 is not in the range 1<=x<=5"),
 ])
 def test_pipeline_checks_every_stage_before_the_first(tmp_path, tiny_model_dir, flags, message):  # noqa: F811
     assert_one_error(run("pipeline", "--model", tiny_model_dir, "--out", tmp_path / "p", *flags), message)

@@ -1,5 +1,5 @@
 """Each knob is declared once, in its settings field (common/knobs.py): the checks, the `rl`, `sft`,
-`gen-sft` flags and the pipeline's RL settings are all read off those declarations."""
+`gen-sft` and `pipeline` flags and the pipeline's stage settings are all read off those declarations."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from cli import cli
 from common.errors import UserError
 from common.knobs import Declared, declared, knobs_of
-from common.options import SEED
+from common.options import SEED, flag
 from llm.loading import DTYPE
 from rl.commands import FLAGS
 from rl.config import KNOBS, RLConfig, build_config
@@ -27,6 +27,8 @@ from test_bad_output import assert_one_error
 DERIVED = {
     "sft": (list(SFT_KNOBS.values()), ["--data", "/nonexistent", "--out", "{tmp}/run"]),
     "gen-sft": (list(declared(GenSettings)), ["--out", "{tmp}/data", "--answers", "/nonexistent"]),
+    "pipeline": ([entry for entry in declared(PipelineSettings) if entry.knob.flag],
+                 ["--model", "/nonexistent", "--out", "{tmp}/p"]),
 }
 
 
@@ -42,7 +44,7 @@ def test_every_setting_of_a_run_is_a_declared_knob():
 
 
 def test_every_default_passes_its_own_declaration():
-    for settings in (RLConfig, SFTConfig, GenSettings):
+    for settings in (RLConfig, SFTConfig, GenSettings, PipelineSettings):
         for entry in declared(settings):
             if entry.knob.range is not None and entry.default is not None:
                 assert entry.knob.range.holds(entry.default), entry.key
@@ -50,6 +52,7 @@ def test_every_default_passes_its_own_declaration():
                 assert entry.default in entry.knob.choices, entry.key
     assert build_config({}) == RLConfig()
     SFTConfig(model="default", data=None, out="run").check()
+    PipelineSettings().check()
 
 
 def test_every_flagged_knob_is_an_rl_option_once():
@@ -63,6 +66,7 @@ def test_the_pipeline_names_its_own_flag_for_every_rl_knob_it_sets():
     settings = [f for f in fields(PipelineSettings) if RL_KEY in f.metadata]
     assert {f.metadata[RL_KEY] for f in settings} == set(RL_FLAGS) <= set(KNOBS)
     assert RL_FLAGS["rollout.group_size"] == "--group-size" and RL_FLAGS["steps"] == "--rl-steps"
+    assert all(entry.knob.flag == flag(entry.key) for entry in DERIVED["pipeline"][0])
 
 
 def option(command: str, entry: Declared) -> click.Option:
@@ -110,7 +114,9 @@ def test_the_seed_and_the_dtype_are_declared_once():
             assert option(command, entry).help == entry.knob.help, (command, entry.key)
 
 
-def test_a_bad_value_from_a_record_is_named_as_its_flag():
+def test_a_bad_value_from_a_record_or_a_recipe_is_named_as_its_flag():
+    with pytest.raises(UserError, match="--sft-iters must be >= 1 and <= 10000000, got 0"):
+        PipelineSettings(sft_iters=0).check()
     with pytest.raises(UserError, match="--iters must be a whole number, got 'many'"):
         SFTConfig(model="default", data=None, out="run", iters="many").check()
     with pytest.raises(UserError, match="--eval-games must be >= 0, got -1"):

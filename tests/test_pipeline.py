@@ -79,4 +79,4 @@ def test_pipeline_resume_needs_a_run(tmp_path):
 
 def test_pipeline_bad_values():
     result = CliRunner().invoke(cli, ["pipeline", "--out", "/tmp/never-made", "--sft-iters", "0"])
-    assert result.exit_code == 2 and "--sft-iters must be positive" in result.output
+    assert result.exit_code == 2 and "'--sft-iters': 0 is not in the range" in result.output
