@@ -1,4 +1,4 @@
-"""results/gpu-proof/proof.sh, the script a session with a GPU runs first, played through on the CPU.
+"""gpu_kit/proof.sh, the script a session with a GPU runs first, played through on the CPU.
 
 A GPU session has 15 minutes of device time: a typo found there costs the proof. This runs the
 script's whole path (gen-sft, SFT, eval, RL under its time budget, eval, compare) with the tiny
@@ -16,12 +16,13 @@ from pathlib import Path
 from llm_fixtures import tiny_model_dir  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "results" / "gpu-proof" / "proof.sh"
+KIT = REPO / "gpu_kit"
+SCRIPT = KIT / "proof.sh"
 
 
 def tiny_rl_config(folder: Path) -> Path:
     """The shipped GPU config, shrunk: what is tested is that its keys load and run."""
-    config = json.loads((REPO / "results" / "gpu-proof" / "endgame-config.json").read_text())
+    config = json.loads((KIT / "endgame-config.json").read_text())
     config.update(eval_every=1, eval_endgame=3)
     config["rollout"].update(group_size=2, games_per_round=1, batch_size=4, max_tokens=24)
     config["grpo"].update(groups_per_step=1, micro_batch_tokens=256)
@@ -86,3 +87,10 @@ def unpacked(tar: Path, folder: Path) -> Path:
 def test_proof_script_refuses_an_unknown_stage() -> None:
     result = subprocess.run(["bash", str(SCRIPT), "everything"], capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.startswith("usage: ")
+
+
+def test_proof_script_default_config_is_the_kit_s() -> None:
+    """The test above passes RL_CONFIG; the default the GPU run takes must name a file in the repo."""
+    (default,) = [line.split(":-", 1)[1].rstrip("}") for line in SCRIPT.read_text().splitlines()
+                  if line.startswith("RL_CONFIG=")]
+    assert (REPO / default).is_file() and (REPO / default).parent == KIT

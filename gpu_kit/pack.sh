@@ -3,7 +3,7 @@
 # mlx with its CUDA 13 backend, mlx-lm, datasets (and the two of its needs a CUDA image with
 # PyTorch lacks), unpacked for CPython 3.12 and xz-compressed, plus the embedded model's wheel.
 # The kit is split into parts small enough to travel one per call to a machine that takes at
-# most 64 MiB a call (the repo's own files count too). Usage: bash results/gpu-proof/pack.sh [DIR]
+# most 64 MiB a call (the repo's own files count too). Usage: bash gpu_kit/pack.sh [DIR]
 set -euo pipefail
 out=${1:-.devkit}
 part_size=${PART_SIZE:-44M}

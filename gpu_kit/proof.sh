@@ -1,11 +1,12 @@
 #!/bin/bash
 # The GPU proof (issues 35 and 38), sized for a lent GPU machine without network and 15 minutes of
-# device time (README.md here says how it is run). In the repo root on that machine:
-#   bash results/gpu-proof/proof.sh stash   # keep the kit part this call carried (.devkit/part-NN)
-#   bash results/gpu-proof/proof.sh run     # the last part, then: install, SFT (or a carried
-#                                           # adapter), endgame benchmark and games of the start
-#                                           # (or its carried games), endgame RL, the same
-#                                           # benchmark and games of RUN/best, the compares
+# device time (README.md here says how it is run; results/gpu-proof/ holds the runs). In the repo root
+# on that machine:
+#   bash gpu_kit/proof.sh stash   # keep the kit part this call carried (.devkit/part-NN)
+#   bash gpu_kit/proof.sh run     # the last part, then: install, SFT (or a carried adapter),
+#                                 # endgame benchmark and games of the start (or its carried
+#                                 # games), endgame RL, the same benchmark and games of RUN/best,
+#                                 # the compares
 # Every stage adds its files to $OUT/results.tar as soon as it ends, so a run cut short still brings
 # back what it finished; a call brings back at most 8 files (64 MiB), hence one tar of the small
 # ones. The knobs below default to the GPU proof; tests run it on a CPU, tiny.
@@ -23,7 +24,7 @@ SFT_RANK=${SFT_RANK:-16}
 SFT_LR=${SFT_LR:-5e-4}
 EVAL_GAMES=${EVAL_GAMES:-128}
 EVAL_BATCH=${EVAL_BATCH:-128}
-RL_CONFIG=${RL_CONFIG:-results/gpu-proof/endgame-config.json}
+RL_CONFIG=${RL_CONFIG:-gpu_kit/endgame-config.json}
 ENDGAME_POSITIONS=${ENDGAME_POSITIONS:-600}
 RL_STEPS=${RL_STEPS:-200}                  # an upper bound: the budget stops the run first
 START_ADAPTER=${START_ADAPTER:-.devkit/sft-adapter}   # carried from an earlier session: no SFT
@@ -216,5 +217,5 @@ run() {
 case "${1:-}" in
     stash) stash ;;
     run) run ;;
-    *) echo "usage: bash results/gpu-proof/proof.sh stash|run" >&2; exit 2 ;;
+    *) echo "usage: bash gpu_kit/proof.sh stash|run" >&2; exit 2 ;;
 esac
