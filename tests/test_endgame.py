@@ -177,3 +177,18 @@ def test_a_careless_stand_in_stops_when_no_word_is_left(tmp_path):
     small = load_setup("answers", str(words), str(words))
     state = small.start.play("slate", feedback("slate", "crane"))
     assert history_guess(RANDOM, state, small.solver(), "crane", 0, np.random.default_rng(0)) is None
+
+
+def test_closing_logprob_scores_the_teachers_naming_sentence(tiny_model_dir, setup):  # noqa: F811
+    """studies/closing_logprob.py: the teacher's answer cut before ` Only X remains.`, and the
+    model's log-probability of that sentence and the tags, one number per position."""
+    from studies.closing_logprob import naming_logprob, scored_text
+    from sft.cot import truthful_answer
+
+    position = position_at(setup, "bunny", ["salet", "crony", "fudge"])
+    before, named = scored_text(position)
+    assert before + named == truthful_answer(position.state, "bunny")
+    assert named == " Only bunny remains.</think><guess> bunny</guess>"
+    model, tokenizer = load_model(str(tiny_model_dir))
+    logprob, tokens = naming_logprob(model, tokenizer, position)
+    assert tokens == len(tokenizer.encode(named, add_special_tokens=False)) and -100 * tokens < logprob < 0
