@@ -192,3 +192,44 @@ def test_closing_logprob_scores_the_teachers_naming_sentence(tiny_model_dir, set
     model, tokenizer = load_model(str(tiny_model_dir))
     logprob, tokens = naming_logprob(model, tokenizer, position)
     assert tokens == len(tokenizer.encode(named, add_special_tokens=False)) and -100 * tokens < logprob < 0
+
+
+def test_endgame_data_teaches_the_teachers_answer_at_training_secrets(setup):
+    """studies/endgame_data.py: every example is a position with 1-6 candidates left on a
+    training secret, and at one candidate its target names that word."""
+    from llm.format import parse_answer
+    from studies.endgame_data import endgame_examples
+
+    rows = endgame_examples(24, seed=5, rejected=0.5)
+    assert len(rows) == 24 and rows == endgame_examples(24, seed=5, rejected=0.5)
+    assert any("Not accepted:" in r["messages"][1]["content"] for r in rows)
+    training = set(trainable(setup.lists.answers))
+    named = 0
+    for row in rows:
+        system, user, answer = row["messages"]
+        assert [m["role"] for m in row["messages"]] == ["system", "user", "assistant"]
+        parsed = parse_answer(answer["content"], setup.lists)
+        assert parsed.ok
+        if " remains." in parsed.thought:
+            named += 1
+            assert parsed.guess in training
+    assert named > 0
+
+
+def test_named_words_sorts_what_a_model_names_at_held_out_positions():
+    """studies/named_words.py: the secret, a training answer (never right at a held-out
+    position), another held-out answer, a word only in the allowed list, or a non-word."""
+    from studies.named_words import named_words
+
+    lists = load_setup("answers").lists
+    test_words = held_out_test(lists.answers)
+    secret, other_held_out = test_words[0], test_words[1]
+    training = trainable(lists.answers)[0]
+    allowed_only = next(w for w in lists.allowed if w not in set(lists.answers))
+    records = [{"secret": secret, "candidates": 1, "guess": g}
+               for g in (secret, training, training, other_held_out, allowed_only, "qzxvv", None)]
+    records.append({"secret": secret, "candidates": 3, "guess": training})
+    counts = named_words({"per_position": records})
+    assert counts["one_candidate"] == {"secret": 1, "training_answer": 2, "held_out_answer": 1, "allowed_only": 1,
+                                       "not_a_word": 1, "no_guess": 1, "positions": 7}
+    assert counts["all"]["training_answer"] == 3 and counts["all"]["positions"] == 8
