@@ -15,6 +15,9 @@ rest of the game is not forgotten. Run from the repository root:
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import click
 import numpy as np
 
@@ -58,9 +61,6 @@ def endgame_examples(count: int, seed: int, rejected: float, secret_kind: str = 
 @click.option("--seed", default=0, type=int)
 def main(out: str, examples: int, rejected: float, mix: str | None, mix_share: float, secret_kind: str,
          seed: int) -> None:
-    import json
-    from pathlib import Path
-
     rows = endgame_examples(examples, seed, rejected, secret_kind)
     rng = np.random.default_rng(seed + 1)
     if mix and mix_share > 0:

@@ -206,9 +206,8 @@ def test_endgame_data_teaches_the_teachers_answer_at_training_secrets(setup):
     training = set(trainable(setup.lists.answers))
     named = 0
     for row in rows:
-        system, user, answer = row["messages"]
         assert [m["role"] for m in row["messages"]] == ["system", "user", "assistant"]
-        parsed = parse_answer(answer["content"], setup.lists)
+        parsed = parse_answer(row["messages"][-1]["content"], setup.lists)
         assert parsed.ok
         if " remains." in parsed.thought:
             named += 1
@@ -216,12 +215,12 @@ def test_endgame_data_teaches_the_teachers_answer_at_training_secrets(setup):
     assert named > 0
 
 
-def test_named_words_sorts_what_a_model_names_at_held_out_positions():
+def test_named_words_sorts_what_a_model_names_at_held_out_positions(setup):
     """studies/named_words.py: the secret, a training answer (never right at a held-out
     position), another held-out answer, a word only in the allowed list, or a non-word."""
     from studies.named_words import named_words
 
-    lists = load_setup("answers").lists
+    lists = setup.lists
     test_words = held_out_test(lists.answers)
     secret, other_held_out = test_words[0], test_words[1]
     training = trainable(lists.answers)[0]
