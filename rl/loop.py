@@ -150,6 +150,7 @@ def _run_rl(request: RunRequest) -> dict | None:
         mx.random.seed(distributed.rank_seed(config.seed))
 
     solver = setup.solver()
+    history_teacher = solver.for_histories()  # proof-free where proofs are slow (the allowed list)
     scorer = RewardScorer(setup, config.reward)
     grpo = GrpoLearner(model, config.grpo, config.rollout.temperature, tokenizer.eos_token_id)
     expert = expert_policy(solver, config.ei.expert)
@@ -165,7 +166,7 @@ def _run_rl(request: RunRequest) -> dict | None:
     heldout_sampling = SamplingSettings(max_tokens=config.rollout.max_tokens)
     held_out = HeldOutEval(setup, config.eval_games, config.seed, heldout_sampling,
                            config.rollout.batch_size) if config.eval_every and config.eval_games else None
-    endgame = EndgameEval(setup, solver, held_out_validation(setup.lists.secrets(config.secrets)),
+    endgame = EndgameEval(setup, history_teacher, held_out_validation(setup.lists.secrets(config.secrets)),
                           config.eval_endgame, config.seed, heldout_sampling, config.rollout.batch_size,
                           config.rollout.endgame_candidates) if config.eval_every and config.eval_endgame else None
     evaluating = held_out is not None or endgame is not None
@@ -193,9 +194,9 @@ def _run_rl(request: RunRequest) -> dict | None:
 
     def starts(n: int, min_history: int = 0):
         if config.rollout.start == "endgame":
-            return sample_endgame_states(setup, solver, secrets, n, rng, config.rollout.endgame_candidates,
+            return sample_endgame_states(setup, history_teacher, secrets, n, rng, config.rollout.endgame_candidates,
                                          config.rollout.off_policy)
-        return sample_start_states(setup, solver, secrets, n, rng, config.rollout.max_history,
+        return sample_start_states(setup, history_teacher, secrets, n, rng, config.rollout.max_history,
                                    config.rollout.off_policy, min_history)
 
     def grpo_step(view: LiveView) -> dict:

@@ -155,6 +155,20 @@ class EntropySolver:
             save_entry(path, key, opener)
         return opener
 
+    def for_histories(self) -> EntropySolver:
+        """The solver that plays the earlier turns of start states (RL's, the endgame data's).
+        A history needs no proof that its moves win every candidate in time: a later turn is
+        anyone's, and a loss after the start state does not matter. With the 12,972 allowed
+        words as secrets those proofs start 5 guesses out and made RL's endgame start states
+        too slow to draw (not 2 in 5 minutes, against 20 in 5 s without them), so there this
+        is a proof-free twin with its own memo. With the answers list it is this solver
+        itself: fast there, and every stored benchmark position was drawn with it."""
+        if self.secret_kind != "allowed":
+            return self
+        twin = EntropySolver(self._root(), self.settings)
+        twin.safe_from = 0  # no guesses-left count is <= 0: nothing is proven
+        return twin
+
     def load_kernels(self, show_progress: bool = False) -> None:
         """Decide a few positions with a throwaway solver of the same settings, so that the
         compiled kernels a decision uses are loaded (numba reads them from its disk cache

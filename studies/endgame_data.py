@@ -34,14 +34,10 @@ VALID_SHARE = 0.05
 
 
 def endgame_examples(count: int, seed: int, rejected: float, secret_kind: str = "answers") -> list[dict]:
-    """`count` endgame examples on the training words of `secret_kind`'s list. With the 12,972
-    allowed words as secrets the solver proves every move from 5 guesses left, which took more
-    than 5 minutes for 2 positions here: these histories need no proof (an earlier turn may be
-    anyone's move, and a loss later in the game does not matter), so this teacher skips them."""
+    """`count` endgame examples on the training words of `secret_kind`'s list, taught by the
+    solver that draws the histories (proof-free with the allowed list: solver/policy.py)."""
     setup = load_setup(secret_kind)
-    solver = setup.solver()
-    if secret_kind == "allowed":
-        solver.safe_from = 0  # never: no guesses-left count is <= 0
+    solver = setup.solver().for_histories()
     rng = np.random.default_rng(seed)
     secrets = trainable(setup.lists.secrets(secret_kind))
     starts = sample_endgame_states(setup, solver, secrets, count, rng, ENDGAME_CANDIDATES, DEFAULT_OFF_POLICY)

@@ -232,3 +232,20 @@ def test_named_words_sorts_what_a_model_names_at_held_out_positions(setup):
     assert counts["one_candidate"] == {"secret": 1, "training_answer": 2, "held_out_answer": 1, "allowed_only": 1,
                                        "not_a_word": 1, "no_guess": 1, "positions": 7}
     assert counts["all"]["training_answer"] == 3 and counts["all"]["positions"] == 8
+
+
+def test_histories_are_drawn_without_proofs_only_where_proofs_are_slow(small_lists_files):
+    """With the allowed list as secrets the solver proves moves from 5 guesses left, too slow for
+    RL's start states: their histories come from a proof-free twin that plays the greedy move."""
+    answers, allowed = small_lists_files
+    answers_solver = load_setup("answers", answers, allowed).solver()
+    assert answers_solver.for_histories() is answers_solver  # stored benchmark positions stay as drawn
+    allowed_setup = load_setup("allowed", answers, allowed)
+    solver = allowed_setup.solver()
+    twin = solver.for_histories()
+    assert (solver.safe_from, twin.safe_from) == (5, 0)
+    assert twin.memo_tables()["played"] is not solver.memo_tables()["played"]
+    secret, first = allowed_setup.lists.allowed[7], allowed_setup.lists.allowed[100]
+    state = allowed_setup.start.play(first, feedback(first, secret))
+    assert state.guesses_left == 5 and len(state.candidates) > 2
+    assert twin.choose(state) == twin.rank(state, 1)[0].word
