@@ -125,7 +125,8 @@ def run_endgame(setup: Setup, request: EndgameRequest, json_path: str | None, sh
         pool = SPLITS[request.split](setup.lists.secrets(setup.secret_kind))
         if not pool:
             raise UserError(f"the {request.split} split of this list is empty; use --split all")
-        positions = teacher_positions(setup, setup.solver(), pool, request.count, request.seed, request.max_candidates)
+        positions = teacher_positions(setup, setup.solver().for_histories(), pool, request.count, request.seed,
+                                      request.max_candidates)
         source = "teacher"
     if not positions:
         raise UserError(f"no position with 1-{request.max_candidates} candidates left in {source}")
