@@ -234,6 +234,29 @@ def test_named_words_sorts_what_a_model_names_at_held_out_positions(setup):
     assert counts["all"]["training_answer"] == 3 and counts["all"]["positions"] == 8
 
 
+def test_adapter_drift_measures_what_training_added_to_the_starts_updates(tmp_path):
+    """studies/adapter_drift.py: a continued adapter's change is the difference of the updates
+    (scale * A @ B per layer), a stacked one's is its own updates, both against the start's norm."""
+    import mlx.core as mx
+
+    from llm.adapter_files import STACKED_ON, write_adapter
+    from studies.adapter_drift import drift, effective_updates
+
+    def adapter(name: str, a: float, b: float, rank: int, **extra) -> str:
+        folder = tmp_path / name
+        folder.mkdir()
+        weights = {"layers.0.q.lora_a": mx.full((4, rank), a), "layers.0.q.lora_b": mx.full((rank, 3), b)}
+        write_adapter(folder, weights, {"fine_tune_type": "lora", "num_layers": 1,
+                                        "lora_parameters": {"rank": rank, "scale": 2.0, "dropout": 0.0}, **extra})
+        return str(folder)
+
+    start, _ = effective_updates(adapter("start", 1.0, 1.0, 2))  # every entry 2 * 2 = 4
+    continued = drift(start, *effective_updates(adapter("continued", 1.0, 1.1, 2)))  # every entry 4.4
+    assert continued["relative_change"] == pytest.approx(0.1) and not continued["stacked"]
+    stacked = drift(start, *effective_updates(adapter("stacked", 0.5, 0.5, 1, **{STACKED_ON: "../start"})))
+    assert stacked["relative_change"] == pytest.approx(0.5 / 4) and stacked["stacked"]
+
+
 def test_histories_are_drawn_without_proofs_only_where_proofs_are_slow(small_lists_files):
     """With the allowed list as secrets the solver proves moves from 5 guesses left, too slow for
     RL's start states: their histories come from a proof-free twin that plays the greedy move."""
