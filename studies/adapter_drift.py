@@ -2,7 +2,7 @@
 
 Every run continued from ../shared/adapters/gpu-sft-2400 (continued SFT, expert iteration,
 GRPO) lowered that model's closing rate on the very training secrets it had memorised, even
-SFT on the teacher's answers at such positions. A learning-rate of the size that trains a
+SFT on the teacher's answers at such positions. A learning rate of the size that trains a
 fresh adapter moves every weight of a converged one by about the rate at each Adam step,
 whatever its gradient: this says how much training added to the start's weight updates
 (scale * A @ B per layer), as a share of their size. Run from the repository root:
@@ -21,7 +21,6 @@ import numpy as np
 
 from common.errors import UserError, run_script
 from common.fileio import atomic_write_json
-
 
 
 def effective_updates(folder: str) -> tuple[dict[str, np.ndarray], bool]:
