@@ -257,6 +257,19 @@ def test_adapter_drift_measures_what_training_added_to_the_starts_updates(tmp_pa
     assert stacked["relative_change"] == pytest.approx(0.5 / 4) and stacked["stacked"]
 
 
+def test_naming_examples_counts_targets_that_name_the_one_word_left(setup):
+    """studies/naming_examples.py: the teacher's ` Only X remains.` targets, by word."""
+    from sft.cot import truthful_answer
+    from studies.naming_examples import naming_counts
+
+    one_left = position_at(setup, "bunny", ["salet", "crony", "fudge"])
+    rows = [{"messages": [{"role": "assistant", "content": truthful_answer(one_left.state, "bunny")}]}] * 3
+    rows.append({"messages": [{"role": "assistant", "content": "<think>Pattern: _____.</think><guess> salet</guess>"}]})
+    counts = naming_counts(rows)
+    assert counts["examples"] == 4 and counts["naming_examples"] == 3 and counts["words_named"] == 1
+    assert counts["naming_share"] == 0.75 and counts["times_each_word_is_named"]["max"] == 3
+
+
 def test_histories_are_drawn_without_proofs_only_where_proofs_are_slow(small_lists_files):
     """With the allowed list as secrets the solver proves moves from 5 guesses left, too slow for
     RL's start states: their histories come from a proof-free twin that plays the greedy move."""
