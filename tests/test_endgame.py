@@ -182,7 +182,7 @@ def test_a_careless_stand_in_stops_when_no_word_is_left(tmp_path):
 def test_closing_logprob_scores_the_teachers_naming_sentence(tiny_model_dir, setup):  # noqa: F811
     """studies/closing_logprob.py: the teacher's answer cut before ` Only X remains.`, and the
     model's log-probability of that sentence and the tags, one number per position."""
-    from studies.closing_logprob import naming_logprob, scored_text
+    from studies.closing_logprob import naming_logprob, other_secrets, scored_text
     from sft.cot import truthful_answer
 
     position = position_at(setup, "bunny", ["salet", "crony", "fudge"])
@@ -192,6 +192,10 @@ def test_closing_logprob_scores_the_teachers_naming_sentence(tiny_model_dir, set
     model, tokenizer = load_model(str(tiny_model_dir))
     logprob, tokens = naming_logprob(model, tokenizer, position)
     assert tokens == len(tokenizer.encode(named, add_special_tokens=False)) and -100 * tokens < logprob < 0
+    assert scored_text(position, "crane") == (before, " Only crane remains.</think><guess> crane</guess>")
+    assert naming_logprob(model, tokenizer, position, "crane")[0] != logprob
+    other = position_at(setup, "lowly", ["salet", "crony"])
+    assert other_secrets([position, other, position]) == ["lowly", "bunny", "lowly"]
 
 
 def test_endgame_data_teaches_the_teachers_answer_at_training_secrets(setup):
