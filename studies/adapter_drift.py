@@ -43,7 +43,7 @@ def effective_updates(folder: str) -> tuple[dict[str, np.ndarray], bool]:
             STACKED_ON in config)
 
 
-def drift(start: dict[str, np.ndarray], other: dict[str, np.ndarray], stacked: bool) -> dict[str, float]:
+def drift(start: dict[str, np.ndarray], other: dict[str, np.ndarray], stacked: bool) -> dict[str, float | bool]:
     """The size of what training added to the start's weight updates, as a share of their own
     size (Frobenius norms over every adapted layer): a stacked adapter adds its own updates,
     a continued one the difference from the start's."""
