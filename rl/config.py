@@ -148,6 +148,7 @@ def build_config(data: dict, overrides: dict | None = None, where: str = "config
     if not (config.eval_games or config.eval_endgame) and "eval_every" not in merged:
         config = dataclasses.replace(config, eval_every=0)
     _check_heldout(config, names)
+    _check_start(config, names)
     if config.lora.full:
         raise UserError(f"{where}: lora.full must be false: RL trains a LoRA adapter (its reference policy is "
                         "the model with the adapter switched off)")
@@ -173,6 +174,15 @@ def _check_heldout(config: RLConfig, names: Names) -> None:
     key, value = needs[config.best_by]
     if config.eval_every and not value:
         raise UserError(f"{names.blame('best_by', key)}{names('best_by')} {config.best_by} needs {names(key)} > 0")
+
+
+def _check_start(config: RLConfig, names: Names) -> None:
+    """start: games needs its file, and the file is read by nothing else."""
+    keys = ("rollout.start", "rollout.start_games")
+    start, games = map(names, keys)
+    if (config.rollout.start == "games") != bool(config.rollout.start_games):
+        raise UserError(f"{names.blame(*keys)}{start} games and {games} go together: "
+                        f"{start} is {config.rollout.start}, {games} is {config.rollout.start_games or 'not given'}")
 
 
 def _deep_copy(data: dict) -> dict:

@@ -31,7 +31,7 @@ from typing import Callable
 import mlx.core as mx
 import numpy as np
 
-from eval.endgame import EndgameEval
+from eval.endgame import EndgameEval, model_positions
 from eval.splits import held_out_validation, trainable
 from eval.validation import HeldOutEval
 from llm import distributed
@@ -45,13 +45,13 @@ from rl.guidance import ExpertGuide, guidance_figures
 from rl.heldout import (BEST_DIR, BEST_FILE, ENDGAME, BestSoFar, figures_of, heldout_record, heldout_summary,
                         is_training_step)
 from common.errors import UserError
-from common.fileio import atomic_replace_dir, atomic_write_json
+from common.fileio import atomic_replace_dir, atomic_write_json, read_json
 from rl.policy import load_policy
 from rl.reward import RewardScorer
 from rl.rollout import play
 from sft.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
 from sft.run import MetricsLog
-from sft.states import frequent_positions, sample_endgame_states, sample_start_states
+from sft.states import frequent_positions, model_game_states, sample_endgame_states, sample_start_states
 from solver.policy import expert_policy
 
 CONFIG_FILE = "config.json"
@@ -142,6 +142,9 @@ def _run_rl(request: RunRequest) -> dict | None:
     distributed.portion(config.ei.batch_size, "ei.batch_size")  # checked now, not at the first EI step
     setup = load_setup(config.secrets)
     secrets = trainable(setup.lists.secrets(config.secrets))  # eval's held-out secrets never train
+    own_positions = (model_game_states(model_positions(setup, read_json(config.rollout.start_games, "games file"),
+                                                       config.rollout.endgame_candidates), secrets)
+                     if config.rollout.start == "games" else [])
     mx.random.seed(config.seed)
     model_spec = portable_spec(request.model)  # run.json's: a resume may start in another working directory
     policy = load_policy(model_spec, request.adapter, config.lora, config.dtype)
@@ -193,6 +196,8 @@ def _run_rl(request: RunRequest) -> dict | None:
             _start_run_folder(out, model_spec, request.adapter, config)
 
     def starts(n: int, min_history: int = 0):
+        if config.rollout.start == "games":
+            return [own_positions[i] for i in rng.integers(len(own_positions), size=n)]
         if config.rollout.start == "endgame":
             return sample_endgame_states(setup, history_teacher, secrets, n, rng, config.rollout.endgame_candidates,
                                          config.rollout.off_policy)

@@ -24,7 +24,8 @@ from sft.states import StartState
 from solver.state import GameState
 
 CHOICES = ("best", "sampled")
-STARTS = ("any", "endgame")  # start states: 0..max_history earlier turns, or an endgame position
+# start states: 0..max_history earlier turns, an endgame position, or one of the model's own games' endgame positions
+STARTS = ("any", "endgame", "games")
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,10 @@ class RolloutSettings:
     max_history: int = knob(4, "Start states carry 0..max_history earlier turns (sft/states.py).", range=(0, 5))
     off_policy: float = knob(0.5, "Share of those turns played by a weaker stand-in, not the solver.",
                              range=(0.0, 1.0))
-    start: str = knob("any", "Start states: any (0-4 earlier turns) or endgame (1-6 candidates left).",
-                      choices=STARTS, flag="--start")
+    start: str = knob("any", "Start states: any (0-4 earlier turns), endgame (1-6 candidates left), or games "
+                             "(the endgame positions of start_games).", choices=STARTS, flag="--start")
+    start_games: str = knob("", "An eval --json games file on training secrets whose endgame positions, with the "
+                                "refusals shown there, are the start states of start: games.", flag="--start-games")
     endgame_candidates: int = knob(ENDGAME_CANDIDATES, "Most candidates left at an endgame start (llm/histories.py).",
                                    range=(1, 50))
     turns: int = knob(0, "Groups asked per game: 0 plays to the end, 1 is single-turn.", range=(0, 6),
@@ -118,7 +121,7 @@ def play(model, tokenizer, scorer: RewardScorer, starts: list[StartState],
     written. Which member advances a game is drawn in the order groups finish, which
     the seed fixes.
     """
-    games = [GameRecord(s.secret, s.state) for s in starts]
+    games = [GameRecord(s.secret, s.state, rejected=s.rejected) for s in starts]
     columns = scorer.setup.lists.secrets(scorer.setup.secret_kind)
     column_of = {w: i for i, w in enumerate(columns)}
     first = [prompt_tokens(tokenizer, g.state, g.rejected) for g in games]

@@ -15,12 +15,15 @@ import numpy as np
 from llm.histories import (DEFAULT_OFF_POLICY, ENDGAME_CANDIDATES, ENDGAME_TRIES, SOLVER, endgame_history,
                            history_guess, pick_player)
 from common.errors import UserError
+from eval.endgame import EndgamePosition
+from llm.format import Rejection
 from solver.feedback import WIN
 from solver.policy import Policy
 from solver.setup import Setup
 from solver.state import MAX_GUESSES, GameState
 
 MAX_DRILL_DEPTH = MAX_GUESSES - 1  # positions after 5 moves still have a guess to teach
+MODEL = "model"  # who played the turns of a model's own games (model_game_states)
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ class StartState:
     secret: str
     state: GameState
     players: tuple[str, ...]
+    rejected: tuple[Rejection, ...] = ()  # answers refused since the last played guess, named in the prompt
 
     @property
     def off_policy_turns(self) -> int:
@@ -89,6 +93,26 @@ def sample_endgame_states(setup: Setup, solver: Policy, secrets: list[str] | tup
         raise UserError(f"only {len(chosen)} of {n} endgame positions were found in {ENDGAME_TRIES * n} games; "
                         "are the secrets and word lists tiny?")
     return chosen
+
+
+def model_game_states(positions: list[EndgamePosition], secrets: list[str] | tuple[str, ...]) -> list[StartState]:
+    """Start states at a model's own endgame positions (eval/endgame.py `model_positions`), with the
+    refusals it had been shown there.
+
+    The GPU SFT start repeats an earlier guess in 0.75% of its answers at the teacher's endgame
+    positions but in 167 of 434 at the one-candidate positions of its own games, and gives a
+    refused word again in 38% of its answers there: the loop that loses its games lives in its
+    own histories (results/endgame-rl/), so this is where RL can meet it. Positions of secrets
+    outside `secrets` (held-out ones) are refused, not skipped: they must never train.
+    """
+    allowed = set(secrets)
+    outside = sorted({p.secret for p in positions} - allowed)
+    if outside:
+        raise UserError(f"the games file plays {len(outside)} secrets that may not train (e.g. {outside[0]}): "
+                        "give games on training secrets (eval --split train)")
+    if not positions:
+        raise UserError("the games file has no endgame positions to start from")
+    return [StartState(p.secret, p.state, (MODEL,) * len(p.state.turns), p.rejected) for p in positions]
 
 
 def frequent_positions(setup: Setup, expert: Policy, secrets: list[str] | tuple[str, ...], k: int,

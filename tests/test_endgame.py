@@ -18,7 +18,7 @@ from common.errors import UserError
 from rl.config import build_config
 from rl.reward import RewardScorer
 from rl.rollout import RolloutSettings, play
-from sft.states import sample_endgame_states
+from sft.states import MODEL, model_game_states, sample_endgame_states
 from solver.feedback import feedback
 from solver.setup import load_setup
 
@@ -143,12 +143,37 @@ def test_endgame_start_states_and_single_turn_rollouts(tiny_model_dir, setup):  
     assert len(rollout.groups) == 5 and [g.state for g in rollout.groups] == [s.state for s in starts]
 
 
+def own_games(secret: str) -> dict:
+    """An eval games file with one game on `secret`: three played guesses, a repeat the game refused, a win."""
+    moves = [{"guess": g, "failure": None} for g in ("salet", "crony", "fudge")]
+    return {"per_game": [{"secret": secret, "moves": moves + [{"guess": "fudge", "failure": ALREADY_GUESSED},
+                                                              {"guess": "bunny", "failure": None}]}]}
+
+
+def test_own_game_start_states_carry_their_refusals_into_the_first_prompt(tiny_model_dir, setup):  # noqa: F811
+    """start: games starts RL where the model's own loop is: its positions, with the refusals it saw."""
+    secrets = trainable(setup.lists.answers)
+    assert "bunny" in secrets
+    starts = model_game_states(model_positions(setup, own_games("bunny")), secrets)
+    assert [s.rejected for s in starts if len(s.state.candidates) == 1] == [(), (Rejection("fudge", ALREADY_GUESSED),)]
+    assert all(s.players == (MODEL,) * len(s.state.turns) and s.secret == "bunny" for s in starts)
+    model, tokenizer = load_model(str(tiny_model_dir))
+    rollout = play(model, tokenizer, RewardScorer(setup), starts[-1:], RolloutSettings(group_size=2, max_tokens=8,
+                                                                                       turns=1), np.random.default_rng(0))
+    (group,) = rollout.groups
+    assert group.rejected == starts[-1].rejected and "fudge" in tokenizer.decode(group.prompt).split("Not accepted")[-1]
+    held_out = held_out_test(setup.lists.answers)[0]
+    with pytest.raises(UserError, match="may not train"):
+        model_game_states(model_positions(setup, own_games(held_out)), secrets)
+
+
 def test_endgame_config_keys_are_checked_before_work():
     config = build_config({"rollout": {"start": "endgame", "turns": 1}, "eval_endgame": 64, "best_by": "endgame"})
     assert config.rollout.start == "endgame" and config.rollout.turns == 1 and config.eval_endgame == 64
     for bad, named in (({"rollout": {"start": "middle"}}, "rollout.start"), ({"rollout": {"turns": 7}}, "rollout.turns"),
                        ({"eval_games": 0, "eval_every": 5}, "eval_games"), ({"best_by": "endgame"}, "eval_endgame"),
-                       ({"best_by": "luck"}, "best_by")):
+                       ({"best_by": "luck"}, "best_by"), ({"rollout": {"start": "games"}}, "rollout.start_games"),
+                       ({"rollout": {"start_games": "g.json"}}, "rollout.start games")):
         with pytest.raises(UserError, match=named):
             build_config(bad)
 
