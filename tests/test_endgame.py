@@ -314,3 +314,23 @@ def test_histories_are_drawn_without_proofs_only_where_proofs_are_slow(small_lis
     state = allowed_setup.start.play(first, feedback(first, secret))
     assert state.guesses_left == 5 and len(state.candidates) > 2
     assert twin.choose(state) == twin.rank(state, 1)[0].word
+
+
+def test_own_answers_turn_a_models_recorded_endgame_answers_into_an_endgame_result(setup, tmp_path):
+    """studies/own_answers.py: the answers a games file holds at its endgame positions, paired by
+    `eval --compare` with a fresh `--from-games` run at the same positions."""
+    from eval.report import compare_endgame
+    from studies.own_answers import recorded_answers
+
+    games = own_games("bunny")
+    for move in games["per_game"][0]["moves"]:
+        move["text"] = format_answer("x", move["guess"])
+    result = recorded_answers({**games, "secrets": "answers", "temperature": 0.7})
+    positions = model_positions(setup, games)
+    assert [r["key"] for r in result["per_position"]] == [p.key for p in positions]
+    assert [r["guess"] for r in result["per_position"]] == ["fudge", "fudge", "bunny"][-len(positions):]
+    assert result["one_candidate_positions"] == 2 and result["one_candidate_closed_rate"] == 0.5
+    assert result["one_candidate_repeat_rate"] == 0.5 and result["temperature"] == 0.7
+    fresh = {**result, "per_position": [position_record(p, format_answer("x", "bunny")) for p in positions]}
+    paired = compare_endgame(result, fresh, "recorded", "fresh")
+    assert paired["positions"] == len(positions) and paired["closed_only_b"] == len(positions) - 1
