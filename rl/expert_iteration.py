@@ -122,11 +122,12 @@ class ExpertIteration:
         if settings.positions == "played":
             return play(self.model, self.tokenizer, self.scorer, starts,
                         replace(self.rollout, group_size=settings.samples, choose="sampled"), rng)
-        prompts = [prompt_tokens(self.tokenizer, s.state) for s in starts]
+        prompts = [prompt_tokens(self.tokenizer, s.state, s.rejected) for s in starts]
         answers = sample(self.model, self.tokenizer, prompts, settings.samples, self.rollout.sampling,
                          self.rollout.batch_size)
         return Rollout(groups=[Group(start.state, start.secret, prompt, completions,
-                                     self.scorer.score([c.text for c in completions], start.state, start.secret))
+                                     self.scorer.score([c.text for c in completions], start.state, start.secret),
+                                     start.rejected)
                                for start, prompt, completions in zip(starts, prompts, answers)])
 
     def targets(self, sampled: Rollout, replay: Sequence[StartState] = (),

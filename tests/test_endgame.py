@@ -162,6 +162,12 @@ def test_own_game_start_states_carry_their_refusals_into_the_first_prompt(tiny_m
                                                                                        turns=1), np.random.default_rng(0))
     (group,) = rollout.groups
     assert group.rejected == starts[-1].rejected and "fudge" in tokenizer.decode(group.prompt).split("Not accepted")[-1]
+    # Expert iteration at the start states alone names the same refusals.
+    from rl.expert_iteration import EISettings, ExpertIteration
+    ei = ExpertIteration(model, tokenizer, RewardScorer(setup), setup.solver(),
+                         EISettings(positions="sampled", samples=2), RolloutSettings(max_tokens=8))
+    (sampled,) = ei.positions(starts[-1:], np.random.default_rng(0)).groups
+    assert sampled.rejected == starts[-1].rejected and sampled.prompt == group.prompt
     held_out = held_out_test(setup.lists.answers)[0]
     with pytest.raises(UserError, match="may not train"):
         model_game_states(model_positions(setup, own_games(held_out)), secrets)
