@@ -89,6 +89,12 @@ def teacher_positions(setup: Setup, teacher: Policy, secrets: list[str], count: 
 def model_positions(setup: Setup, result: dict, max_candidates: int = ENDGAME_CANDIDATES) -> list[EndgamePosition]:
     """Every answer a model gave, in an eval result's per-game records, at a position with
     1..`max_candidates` candidates left, with the refusals it had been shown there."""
+    return [position for position, _ in model_answers(setup, result, max_candidates)]
+
+
+def model_answers(setup: Setup, result: dict,
+                  max_candidates: int = ENDGAME_CANDIDATES) -> list[tuple[EndgamePosition, dict]]:
+    """`model_positions`, each with the move record the model answered there."""
     columns = {w: i for i, w in enumerate(setup.lists.secrets(setup.secret_kind))}
     positions = []
     for game in result.get("per_game", []):
@@ -100,7 +106,7 @@ def model_positions(setup: Setup, result: dict, max_candidates: int = ENDGAME_CA
             if state.over:
                 break
             if state.turns and len(state.candidates) <= max_candidates:
-                positions.append(EndgamePosition(secret, state, rejected))
+                positions.append((EndgamePosition(secret, state, rejected), move))
             if move.get("failure") is not None:
                 rejected += (Rejection(move.get("guess"), move["failure"]),)
                 continue

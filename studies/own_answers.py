@@ -15,7 +15,7 @@ import click
 
 from common.errors import run_script
 from common.fileio import atomic_write_json, read_json
-from eval.endgame import KIND, model_positions, position_record, summarise_endgame
+from eval.endgame import KIND, model_answers, position_record, summarise_endgame
 from llm.histories import ENDGAME_CANDIDATES
 from solver.setup import load_setup
 
@@ -23,28 +23,12 @@ from solver.setup import load_setup
 def recorded_answers(games: dict, max_candidates: int = ENDGAME_CANDIDATES) -> dict:
     """An endgame result whose per-position records are the answers given in `games` itself."""
     setup = load_setup(games.get("secrets", "answers"))
-    positions = model_positions(setup, games, max_candidates)
-    texts = [move["text"] for game in games["per_game"] for move in _answers_at_positions(setup, game, max_candidates)]
-    records = [position_record(p, text) for p, text in zip(positions, texts, strict=True)]
+    answered = model_answers(setup, games, max_candidates)
+    records = [position_record(position, move["text"]) for position, move in answered]
     sampling = {key: games.get(key) for key in ("temperature", "top_p", "max_tokens")}
     return {"kind": KIND, "policy": games.get("policy"), "secrets": setup.secret_kind, "split": games.get("split"),
             "source": "recorded", "seed": games.get("seed"), "max_candidates": max_candidates, **sampling,
             **summarise_endgame(records), "per_position": records}
-
-
-def _answers_at_positions(setup, game: dict, max_candidates: int) -> list[dict]:
-    """The moves of `game` given at the positions `model_positions` lists, in its order."""
-    columns = {w: i for i, w in enumerate(setup.lists.secrets(setup.secret_kind))}
-    state, chosen = setup.start, []
-    for move in game["moves"]:
-        if state.over:
-            break
-        if state.turns and len(state.candidates) <= max_candidates:
-            chosen.append(move)
-        if move.get("failure") is None:
-            guess = move["guess"]
-            state = state.play(guess, int(setup.matrix[setup.lists.index(guess), columns[game["secret"]]]))
-    return chosen
 
 
 @click.command()
