@@ -177,12 +177,16 @@ def _check_heldout(config: RLConfig, names: Names) -> None:
 
 
 def _check_start(config: RLConfig, names: Names) -> None:
-    """start: games needs its file, and the file is read by nothing else."""
+    """start: games needs its file, and the file is read by nothing else; any_share mixes into another start."""
     keys = ("rollout.start", "rollout.start_games")
     start, games = map(names, keys)
     if (config.rollout.start == "games") != bool(config.rollout.start_games):
         raise UserError(f"{names.blame(*keys)}{start} games and {games} go together: "
                         f"{start} is {config.rollout.start}, {games} is {config.rollout.start_games or 'not given'}")
+    if config.rollout.start == "any" and config.rollout.any_share:
+        share = names("rollout.any_share")
+        raise UserError(f"{names.blame('rollout.start', 'rollout.any_share')}{share} mixes ordinary start states into "
+                        f"start endgame or games; with {start} any every start state is one already")
 
 
 def _deep_copy(data: dict) -> dict:

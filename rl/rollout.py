@@ -52,6 +52,8 @@ class RolloutSettings:
                              "(the endgame positions of start_games).", choices=STARTS, flag="--start")
     start_games: str = knob("", "An eval --json games file on training secrets whose endgame positions, with the "
                                 "refusals shown there, are the start states of start: games.", flag="--start-games")
+    any_share: float = knob(0.0, "Share of each round's start states drawn as start: any draws them (0-max_history "
+                                 "earlier turns) when start is endgame or games.", range=(0.0, 1.0), flag="--any-share")
     endgame_candidates: int = knob(ENDGAME_CANDIDATES, "Most candidates left at an endgame start (llm/histories.py).",
                                    range=(1, 50))
     turns: int = knob(0, "Groups asked per game: 0 plays to the end, 1 is single-turn.", range=(0, 6),

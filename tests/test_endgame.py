@@ -179,9 +179,27 @@ def test_endgame_config_keys_are_checked_before_work():
     for bad, named in (({"rollout": {"start": "middle"}}, "rollout.start"), ({"rollout": {"turns": 7}}, "rollout.turns"),
                        ({"eval_games": 0, "eval_every": 5}, "eval_games"), ({"best_by": "endgame"}, "eval_endgame"),
                        ({"best_by": "luck"}, "best_by"), ({"rollout": {"start": "games"}}, "rollout.start_games"),
-                       ({"rollout": {"start_games": "g.json"}}, "rollout.start games")):
+                       ({"rollout": {"start_games": "g.json"}}, "rollout.start games"),
+                       ({"rollout": {"any_share": 0.5}}, "rollout.any_share"),
+                       ({"rollout": {"start": "endgame", "any_share": 1.5}}, "rollout.any_share")):
         with pytest.raises(UserError, match=named):
             build_config(bad)
+
+
+def test_any_share_mixes_ordinary_start_states_into_the_own_game_ones(tiny_model_dir, tmp_path):  # noqa: F811
+    """Half of each round's games start at ordinary positions (other secrets), half at the games file's."""
+    games = tmp_path / "own.json"
+    games.write_text(json.dumps(own_games("bunny")))
+    out = tmp_path / "rl"
+    result = run_cli("rl", "--model", tiny_model_dir, "--out", out, "--steps", 1, "--schedule", "grpo:1",
+                     "--start", "games", "--start-games", games, "--any-share", 0.5, "--turns", 1,
+                     "--group-size", 2, "--games", 2, "--groups", 1, "--max-tokens", 8, "--quiet")
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    (record,) = [r for r in records if r["phase"] == "grpo"]
+    rounds = record["games"] // 2
+    assert "bunny" in record["secrets"] and len(record["secrets"]) > 1
+    assert record["games"] == 2 * rounds  # one own-game and one ordinary start each round
 
 
 def test_endgame_rl_run_logs_the_held_out_closing_rate_and_keeps_the_best(tiny_model_dir, tmp_path):  # noqa: F811
