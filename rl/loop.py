@@ -197,9 +197,8 @@ def _run_rl(request: RunRequest) -> dict | None:
 
     def starts(n: int, min_history: int = 0):
         """`n` start states: `rollout.any_share` of them (rounded) as start: any draws them, the rest as
-        `rollout.start` says. GRPO at endgame positions alone moved the whole game: 16 steps at the
-        start's own positions changed the opening of 42 of 128 test games and cost 24 of 33 wins
-        (results/endgame-loop/), so ordinary positions can share every round."""
+        `rollout.start` says. GRPO at endgame positions alone moves the whole game, the opening
+        included (results/endgame-loop/), so ordinary positions can share every round."""
         ordinary = n if config.rollout.start == "any" else round(n * config.rollout.any_share)
         chosen = sample_start_states(setup, history_teacher, secrets, ordinary, rng, config.rollout.max_history,
                                      config.rollout.off_policy, min_history) if ordinary else []
