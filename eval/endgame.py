@@ -95,6 +95,13 @@ def model_positions(setup: Setup, result: dict, max_candidates: int = ENDGAME_CA
 def model_answers(setup: Setup, result: dict,
                   max_candidates: int = ENDGAME_CANDIDATES) -> list[tuple[EndgamePosition, dict]]:
     """`model_positions`, each with the move record the model answered there."""
+    return [(position, move) for position, move in answered_positions(setup, result)
+            if position.state.turns and len(position.state.candidates) <= max_candidates]
+
+
+def answered_positions(setup: Setup, result: dict) -> list[tuple[EndgamePosition, dict]]:
+    """Every move record in an eval result's per-game records, opening included, with the position
+    it answered and the refusals shown there."""
     columns = {w: i for i, w in enumerate(setup.lists.secrets(setup.secret_kind))}
     positions = []
     for game in result.get("per_game", []):
@@ -105,8 +112,7 @@ def model_answers(setup: Setup, result: dict,
         for move in game["moves"]:
             if state.over:
                 break
-            if state.turns and len(state.candidates) <= max_candidates:
-                positions.append((EndgamePosition(secret, state, rejected), move))
+            positions.append((EndgamePosition(secret, state, rejected), move))
             if move.get("failure") is not None:
                 rejected += (Rejection(move.get("guess"), move["failure"]),)
                 continue

@@ -358,3 +358,26 @@ def test_own_answers_turn_a_models_recorded_endgame_answers_into_an_endgame_resu
     fresh = {**result, "per_position": [position_record(p, format_answer("x", "bunny")) for p in positions]}
     paired = compare_endgame(result, fresh, "recorded", "fresh")
     assert paired["positions"] == len(positions) and paired["closed_only_b"] == len(positions) - 1
+
+
+def test_thought_truth_scores_playable_thoughts_as_the_reward_does_and_reads_the_one_left(setup):
+    """studies/thought_truth.py: every playable answer's thought checked as the reward checks it, and
+    at one-candidate positions the thoughts that name the secret or an earlier guess."""
+    from sft.cot import check_thought, true_sentences, truthful_answer
+    from studies.thought_truth import game_counts, rates
+
+    states = [position_at(setup, "bunny", ["salet", "crony", "fudge"][:n]).state for n in range(4)]
+    assert len(states[3].candidates) == 1
+    partly_true = " ".join(true_sentences(states[1], "crony")) + " Only crony remains."
+    moves = [{"guess": "salet", "failure": None, "text": truthful_answer(states[0], "salet")},
+             {"guess": "crony", "failure": None, "text": format_answer(partly_true, "crony")},
+             {"guess": "fudge", "failure": None, "text": truthful_answer(states[2], "fudge")},
+             {"guess": "fudge", "failure": ALREADY_GUESSED, "text": format_answer("Only fudge remains.", "fudge")},
+             {"guess": "bunny", "failure": None, "text": truthful_answer(states[3], "bunny")}]
+    counts = game_counts({"per_game": [{"secret": "bunny", "moves": moves}]})
+    crony_score = check_thought(states[1], partly_true, "crony").score
+    assert 0 < crony_score < 1
+    assert counts["bunny"]["thought_true_share"] == pytest.approx((3 + crony_score, 4))
+    assert counts["bunny"]["thought_all_true"] == (3, 4)
+    assert counts["bunny"]["one_left_names_secret"] == (1, 2) and counts["bunny"]["one_left_names_earlier_guess"] == (1, 2)
+    assert rates(counts)["thought_all_true"] == {"rate": 0.75, "answers": 4}
