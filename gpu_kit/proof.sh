@@ -22,6 +22,8 @@ SFT_ITERS=${SFT_ITERS:-2400}
 SFT_BATCH=${SFT_BATCH:-16}
 SFT_RANK=${SFT_RANK:-16}
 SFT_LR=${SFT_LR:-5e-4}
+SFT_REJECTED=${SFT_REJECTED:-0}            # share of SFT prompts with a "Not accepted:" line; 0 made
+                                           # ../shared/adapters/gpu-sft-2400, 0.2 is gen-sft's default
 EVAL_GAMES=${EVAL_GAMES:-128}
 EVAL_BATCH=${EVAL_BATCH:-128}
 RL_CONFIG=${RL_CONFIG:-gpu_kit/endgame-config.json}
@@ -144,7 +146,7 @@ run() {
         stage "carried SFT adapter: $adapter"
     else
         stage "gen-sft"
-        python3 cli.py gen-sft --out "$RUN/data" --games "$SFT_GAMES" --seed "$SEED" --rejected 0 --quiet --overwrite
+        python3 cli.py gen-sft --out "$RUN/data" --games "$SFT_GAMES" --seed "$SEED" --rejected "$SFT_REJECTED" --quiet --overwrite
         stage "sft"
         python3 cli.py sft --model "$MODEL" --data "$RUN/data" --out "$RUN/sft" --iters "$SFT_ITERS" \
             --batch-size "$SFT_BATCH" --rank "$SFT_RANK" --lr "$SFT_LR" --eval-every "$SFT_ITERS" \
