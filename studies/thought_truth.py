@@ -66,7 +66,7 @@ def rates(counts: dict[str, dict[str, tuple[float, int]]]) -> dict:
 def main(files: tuple[str, ...], json_path: str | None) -> None:
     counts = [game_counts(read_json(path, "eval games file")) for path in files]
     report = {"files": {path: rates(c) for path, c in zip(files, counts)}, "paired_with_first": {}}
-    for path, c in zip(files, counts):
+    for path in files:
         line = "; ".join(f"{name} {v['rate']} of {v['answers']}" for name, v in report["files"][path].items())
         print(f"{path}: {line}")
     for path, c in zip(files[1:], counts[1:]):
