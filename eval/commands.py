@@ -24,7 +24,8 @@ MODEL_FLAGS = ("model", "adapter", "temperature", "top_p", "max_tokens", "batch_
 @click.option("--split", type=click.Choice(list(SPLITS)), default=None,
               help="Secrets from the held-out words (heldout), their validation third that training runs pick "
                    "checkpoints by, the rest of them (test), or the whole list "
-                   "(default: all for the solver, heldout for a model); train: the words training uses.")
+                   "(default: all for the solver, heldout for a model); train: the words training uses; "
+                   "untaught: those of them SFT data never trains on.")
 @click.option("--games", type=click.IntRange(1), default=None, help="Play N secrets sampled with --seed.")
 @seed_option
 @solver_options

@@ -27,6 +27,7 @@ from rl.schedule import Schedule, parse_schedule
 from sft.lora import AdapterSettings
 
 SECRET_KINDS = ("answers", "allowed")
+SECRET_SPLITS = ("train", "untaught")  # eval/splits.py SPLITS: both exclude every held-out word
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,10 @@ class RLConfig:
     keep_checkpoints: int = knob(2, "Checkpoints kept on disk, the latest ones.", range=(1, 1000))
     secrets: str = knob("answers", "The list secrets come from (held-out words are always excluded).",
                         choices=SECRET_KINDS)
+    # SFT memorises the answers it names: at a one-candidate position its wins on training secrets
+    # are recall, which GRPO would reinforce; on untaught words only reading the clues wins.
+    secret_split: str = knob("train", "Which of the list's trainable words RL plays: all (train), or those SFT data "
+                                      "never trains on (untaught).", choices=SECRET_SPLITS, flag="--secret-split")
     dtype: str = knob_like(DTYPE)
     eval_every: int = knob(10, "Steps between held-out validation evals; the best is kept as OUT/best (0: none).",
                            range=(0, 10_000_000), flag="--eval-every")

@@ -32,7 +32,7 @@ import mlx.core as mx
 import numpy as np
 
 from eval.endgame import EndgameEval, model_positions
-from eval.splits import held_out_validation, trainable
+from eval.splits import SPLITS, held_out_validation
 from eval.validation import HeldOutEval
 from llm import distributed
 from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS, STACKED_ON
@@ -141,7 +141,7 @@ def _run_rl(request: RunRequest) -> dict | None:
                                     "ei.games_per_step" if ei_played else "ei.states_per_step")
     distributed.portion(config.ei.batch_size, "ei.batch_size")  # checked now, not at the first EI step
     setup = load_setup(config.secrets)
-    secrets = trainable(setup.lists.secrets(config.secrets))  # eval's held-out secrets never train
+    secrets = SPLITS[config.secret_split](setup.lists.secrets(config.secrets))  # held-out secrets never train
     own_positions = (model_game_states(model_positions(setup, read_json(config.rollout.start_games, "games file"),
                                                        config.rollout.endgame_candidates), secrets)
                      if config.rollout.start == "games" else [])

@@ -19,13 +19,13 @@ from mlx_lm.tuner.datasets import ChatDataset
 
 from common.errors import UserError
 from common.fileio import parse_json, read_json, read_jsonl
+from eval.splits import SFT_SPLITS, held_out
 
 Conversation = list[dict[str, str]]
 # mlx-lm's tokenized example: (token ids of the whole chat, number of prompt tokens).
 Tokenized = tuple[list[int], int]
 
 ROLES = ("system", "user", "assistant")
-SPLITS = ("train", "valid", "test")
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def load_data_dir(folder: str | Path) -> SFTData:
     if not (folder / "train.jsonl").is_file():
         raise UserError(f"{folder} has no train.jsonl (expected gen-sft's output: train/valid/test.jsonl)")
     splits = {name: read_conversations(folder / f"{name}.jsonl") if (folder / f"{name}.jsonl").is_file() else []
-              for name in SPLITS}
+              for name in SFT_SPLITS}
     if not splits["train"]:
         raise UserError(f"{folder / 'train.jsonl'} holds no examples")
     check_no_held_out_secrets(folder)
@@ -53,8 +53,6 @@ def load_data_dir(folder: str | Path) -> SFTData:
 
 def check_no_held_out_secrets(folder: Path) -> None:
     """Refuse data made from eval's held-out secrets: training on them would inflate every eval."""
-    from eval.splits import held_out
-
     path = folder / "manifest.json"
     if not path.is_file():
         return

@@ -10,7 +10,6 @@ are in none.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ import numpy as np
 from common.errors import UserError
 from common.knobs import knob, knob_like
 from common.options import SEED
-from eval.splits import trainable
+from eval.splits import SFT_SHARES_PER_MILLE, SFT_SPLITS, sft_split_of, trainable
 from llm.format import Rejection, messages
 from llm.histories import DEFAULT_REJECTED, SOLVER, sample_rejections
 from sft.cot import expert_move
@@ -31,8 +30,6 @@ from solver.policy import EXPERTS, Policy
 from solver.setup import Setup
 from solver.state import GameState
 
-SPLITS = ("train", "valid", "test")
-SHARES_PER_MILLE = {"valid": 50, "test": 50}  # of the trainable secrets, and of the games
 # Used when no tokenizer is at hand: SmolLM2's tokenizer on this format (chat template included).
 CHARS_PER_TOKEN = {"prompt": 3.2, "answer": 2.3}
 # The examples of every game are held in memory until the dataset is written: about 15 kB a game
@@ -79,22 +76,11 @@ class Example:
         return self.prompt + [{"role": "assistant", "content": self.answer}]
 
 
-def split_of(word: str) -> str:
-    """The split a secret belongs to: a fixed function of the word, like eval's held-out set."""
-    digest = hashlib.sha256(f"wordle-rl-sft-split:{word}".encode()).digest()
-    slot = int.from_bytes(digest[:4], "big") % 1000
-    for split, share in SHARES_PER_MILLE.items():
-        if slot < share:
-            return split
-        slot -= share
-    return "train"
-
-
 def secrets_by_split(words: tuple[str, ...] | list[str]) -> dict[str, list[str]]:
     """The trainable secrets (eval's held-out ones removed), grouped by split."""
-    grouped: dict[str, list[str]] = {split: [] for split in SPLITS}
+    grouped: dict[str, list[str]] = {split: [] for split in SFT_SPLITS}
     for word in trainable(words):
-        grouped[split_of(word)].append(word)
+        grouped[sft_split_of(word)].append(word)
     return grouped
 
 
@@ -102,13 +88,13 @@ def deal_games(pools: dict[str, list[str]], games: int, rng: np.random.Generator
     """(split, secret) for each game: valid and test get their share (at least one game each
     from 3 games on), train the rest; within a split the secrets are shuffled and dealt
     round-robin, so no secret plays twice before all have played once."""
-    counts = {split: 0 for split in SPLITS}
-    for split, share in SHARES_PER_MILLE.items():
-        if pools[split] and games >= len(SPLITS):
+    counts = {split: 0 for split in SFT_SPLITS}
+    for split, share in SFT_SHARES_PER_MILLE.items():
+        if pools[split] and games >= len(SFT_SPLITS):
             counts[split] = max(round(games * share / 1000), 1)
     counts["train"] = games - sum(counts.values())
     dealt = []
-    for split in SPLITS:
+    for split in SFT_SPLITS:
         if counts[split] and not pools[split]:
             raise UserError(f"the word list has no {split} secrets to deal {counts[split]} games to")
         order = rng.permutation(len(pools[split])) if pools[split] else []
@@ -244,7 +230,7 @@ def write_dataset(folder: Path, examples: list[Example], manifest: dict) -> None
         "rejected": List(Value("string")),
     })
     splits = {}
-    for split in SPLITS:
+    for split in SFT_SPLITS:
         chosen = [e for e in examples if e.split == split]
         (folder / f"{split}.jsonl").write_text(jsonl(chosen), encoding="utf-8")
         columns = {name: [getattr(e, name) for e in chosen] for name in features
@@ -263,7 +249,7 @@ def split_summary(examples: list[Example], prompt_tokens: np.ndarray, answer_tok
     """Per split: games, secrets, examples and token statistics (plus the same over all)."""
     names = np.array([e.split for e in examples])
     summary = {}
-    for split in (*SPLITS, "all"):
+    for split in (*SFT_SPLITS, "all"):
         mask = np.ones(len(examples), bool) if split == "all" else names == split
         chosen = [e for e, keep in zip(examples, mask) if keep]
         summary[split] = {
@@ -279,4 +265,4 @@ def split_summary(examples: list[Example], prompt_tokens: np.ndarray, answer_tok
 
 
 def secrets_used(examples: list[Example]) -> dict[str, list[str]]:
-    return {split: sorted({e.secret for e in examples if e.split == split}) for split in SPLITS}
+    return {split: sorted({e.secret for e in examples if e.split == split}) for split in SFT_SPLITS}

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from cli import cli
 from eval.endgame import EndgamePosition, answer_fit, model_positions, position_record, summarise_endgame, teacher_positions
-from eval.splits import held_out_test, trainable
+from eval.splits import held_out_test, trainable, untaught
 from llm.format import ALREADY_GUESSED, NOT_ALLOWED, Rejection, format_answer
 from llm.histories import RANDOM, history_guess
 from llm.loading import load_model
@@ -200,6 +200,17 @@ def test_any_share_mixes_ordinary_start_states_into_the_own_game_ones(tiny_model
     rounds = record["games"] // 2
     assert "bunny" in record["secrets"] and len(record["secrets"]) > 1
     assert record["games"] == 2 * rounds  # one own-game and one ordinary start each round
+
+
+def test_secret_split_untaught_plays_only_words_sft_never_taught(tiny_model_dir, tmp_path):  # noqa: F811
+    out = tmp_path / "rl"
+    result = run_cli("rl", "--model", tiny_model_dir, "--out", out, "--steps", 1, "--schedule", "grpo:1",
+                     "--start", "endgame", "--any-share", 0.5, "--secret-split", "untaught", "--turns", 1,
+                     "--group-size", 2, "--games", 4, "--groups", 1, "--max-tokens", 8, "--quiet")
+    assert result.exit_code == 0, result.output
+    (record,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
+                 if json.loads(line)["phase"] == "grpo"]
+    assert record["secrets"] and set(record["secrets"]) <= set(untaught(load_setup().lists.answers))
 
 
 def test_endgame_rl_run_logs_the_held_out_closing_rate_and_keeps_the_best(tiny_model_dir, tmp_path):  # noqa: F811

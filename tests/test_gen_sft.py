@@ -22,7 +22,8 @@ from eval.splits import is_held_out, trainable
 from llm.format import (REJECTION_REASONS, SYSTEM_PROMPT, TILE_WORDS, Rejection, format_answer, parse_answer,
                         render_state)
 from sft.cot import expert_answer
-from sft.gen_data import SPLITS, secrets_by_split, split_of
+from eval.splits import SFT_SPLITS as SPLITS, sft_split_of as split_of
+from sft.gen_data import secrets_by_split
 from llm.histories import SOLVER
 from sft.states import sample_start_states
 from solver.feedback import digits_to_pattern, feedback

@@ -16,7 +16,7 @@ from llm_fixtures import tiny_model_dir  # noqa: F401  (fixture)
 from cli import cli
 from eval.harness import evaluate
 from eval.run import choose_secrets
-from eval.splits import held_out, held_out_test, held_out_validation, is_validation
+from eval.splits import held_out, held_out_test, held_out_validation, is_held_out, is_validation, untaught
 from eval.validation import FIGURES, HeldOutEval, rank
 from llm.generation import SamplingSettings
 from llm.loading import load_model
@@ -92,6 +92,20 @@ def test_the_validation_words_are_fixed_and_eval_can_choose_either_part():
     assert all(map(is_validation, choose_secrets(answers, "validation", 10, 0)))
     assert not any(map(is_validation, choose_secrets(answers, "test", 10, 0)))
     assert choose_secrets(answers, "heldout", None, 0) == held_out(answers)  # unchanged: old figures reproduce
+
+
+def test_untaught_words_are_the_trainable_ones_sft_data_never_trains_on(tmp_path):
+    """gen-sft's training file never has an untaught secret; its valid and test files have only those."""
+    answers = default_word_lists().answers
+    words = untaught(answers)
+    assert len(words) == 200 and not any(map(is_held_out, words))
+    assert choose_secrets(answers, "untaught", None, 0) == words
+    out = tmp_path / "data"
+    result = CliRunner().invoke(cli, ["gen-sft", "--out", str(out), "--games", "300", "--seed", "0", "--quiet"])
+    assert result.exit_code == 0, result.output
+    secrets = json.loads((out / "manifest.json").read_text())["secrets"]
+    assert not set(secrets["train"]) & set(words)
+    assert set(secrets["valid"]) | set(secrets["test"]) <= set(words)
 
 
 # ---- the shared eval ----------------------------------------------------------------------------
