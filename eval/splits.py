@@ -59,8 +59,7 @@ def trainable(words: tuple[str, ...] | list[str]) -> list[str]:
 
 def sft_split_of(word: str) -> str:
     """The SFT data split a trainable secret belongs to: a fixed function of the word."""
-    digest = hashlib.sha256(f"wordle-rl-sft-split:{word}".encode()).digest()
-    slot = int.from_bytes(digest[:4], "big") % 1000
+    slot = _per_mille("wordle-rl-sft-split", word)
     for split, share in SFT_SHARES_PER_MILLE.items():
         if slot < share:
             return split

@@ -208,8 +208,8 @@ def test_secret_split_untaught_plays_only_words_sft_never_taught(tiny_model_dir,
                      "--start", "endgame", "--any-share", 0.5, "--secret-split", "untaught", "--turns", 1,
                      "--group-size", 2, "--games", 4, "--groups", 1, "--max-tokens", 8, "--quiet")
     assert result.exit_code == 0, result.output
-    (record,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
-                 if json.loads(line)["phase"] == "grpo"]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    (record,) = [r for r in records if r["phase"] == "grpo"]
     assert record["secrets"] and set(record["secrets"]) <= set(untaught(load_setup().lists.answers))
 
 

@@ -18,11 +18,10 @@ from click.testing import CliRunner
 from llm_fixtures import tiny_model_dir  # noqa: F401
 
 from cli import cli
-from eval.splits import is_held_out, trainable
+from eval.splits import SFT_SPLITS as SPLITS, is_held_out, sft_split_of as split_of, trainable
 from llm.format import (REJECTION_REASONS, SYSTEM_PROMPT, TILE_WORDS, Rejection, format_answer, parse_answer,
                         render_state)
 from sft.cot import expert_answer
-from eval.splits import SFT_SPLITS as SPLITS, sft_split_of as split_of
 from sft.gen_data import secrets_by_split
 from llm.histories import SOLVER
 from sft.states import sample_start_states
