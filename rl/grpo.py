@@ -75,6 +75,9 @@ class GrpoSettings:
                                 choices=ADVANTAGE_SCALES)
     tie_threshold: float = knob(0.05, "Groups whose rewards span less than this are dropped.",
                                 range=(0.0, MAX_WEIGHT))
+    # At an endgame position a group without a win still has a spread (playable over unplayable),
+    # and it pays whichever playable word the model likes best: a memorised answer over the clues.
+    wins_only: bool = knob(False, "Keep only groups in which a sampled answer wins; the rest are dropped like ties.")
     # a pipeline group (4 x 160) is one graph
     micro_batch_tokens: int = knob(640, "Answer positions (padding included) per GRPO forward/backward pass.",
                                    range=(1, 10**7), flag="--micro-batch-tokens")
@@ -107,20 +110,31 @@ def advantages(rewards: list[np.ndarray], scale: str, eps: float = 1e-6,
     return centred
 
 
-def informative_groups(groups: list[Group], tie_threshold: float) -> list[Group]:
-    """Groups whose rewards span at least `tie_threshold`; the rest carry (almost) no signal."""
-    return [g for g in groups if not g.rewards.tied(tie_threshold)]
+def informative_groups(groups: list[Group], tie_threshold: float, wins_only: bool = False) -> list[Group]:
+    """Groups whose rewards span at least `tie_threshold`; the rest carry (almost) no signal.
+
+    With `wins_only`, also only groups in which a sampled answer (not an expert's) names the secret.
+    """
+    return [g for g in groups if not g.rewards.tied(tie_threshold) and (not wins_only or sampled_win(g))]
+
+
+def sampled_win(group: Group) -> bool:
+    """Some answer the policy sampled in `group` names the secret."""
+    sampled = len(group.completions) - group.expert_members
+    return bool((group.rewards.component("win")[:sampled] > 0).any())
 
 
 def collect_groups(play_round, wanted: int, max_rounds: int, tie_threshold: float,
                    on_round: Callable[[int, int], None] = lambda done, kept: None,
-                   guide: Callable[[Group], Group] | None = None) -> tuple[Rollout, list[Group]]:
+                   guide: Callable[[Group], Group] | None = None,
+                   wins_only: bool = False) -> tuple[Rollout, list[Group]]:
     """Play fresh rounds of games until `wanted` informative groups exist (at most `max_rounds`).
 
     `play_round()` plays one round of games and returns its Rollout; `on_round(rounds
     done, informative groups so far)` is told before each round (a round takes minutes on
     a CPU: the progress display says which one is running). `guide`, when given, adds a
-    member to each group (the expert's answer, rl/guidance.py) before the tie test.
+    member to each group (the expert's answer, rl/guidance.py) before the tie test;
+    `wins_only` keeps only groups in which a sampled answer wins.
     Returns every game and group played (as the model played them), and the informative
     groups (guided).
     """
@@ -131,7 +145,7 @@ def collect_groups(play_round, wanted: int, max_rounds: int, tie_threshold: floa
         played = play_round()
         rollout.extend(played)
         groups = [guide(g) for g in played.groups] if guide is not None else played.groups
-        kept.extend(informative_groups(groups, tie_threshold))
+        kept.extend(informative_groups(groups, tie_threshold, wins_only))
         if len(kept) >= wanted:
             break
     return rollout, kept

@@ -357,7 +357,8 @@ def run_grpo_step(model, tokenizer, scorer: RewardScorer, learner: GrpoLearner, 
     rollout, kept = collect_groups(
         lambda: play(model, tokenizer, scorer, fresh_starts(), config.rollout, rng),
         wanted, config.grpo.max_rollouts, config.grpo.tie_threshold,
-        on_round=lambda done, found: status(f"round {done + 1}, {found}/{wanted} groups"), guide=guide)
+        on_round=lambda done, found: status(f"round {done + 1}, {found}/{wanted} groups"), guide=guide,
+        wins_only=config.grpo.wins_only)
     update_start, rollout_peak = time.perf_counter(), mx.get_peak_memory()
     mx.reset_peak_memory()
     informative = int(distributed.total(len(kept)))

@@ -5,6 +5,7 @@ resume exactly after a kill -9 in the middle of a checkpoint save.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -34,8 +35,8 @@ from llm.loading import load_model
 from rl.config import RLConfig, build_config, load_config_file
 from rl.expert_iteration import EISettings, ExpertIteration, passing_answers, truthful_target
 from rl.grpo import (KL_LOG_RATIO_CLAMP, KL_TOKEN_CLAMP, GrpoLearner, GrpoSettings, adapter_disabled,
-                     answer_logprobs, answer_tokens, collect_groups, advantages, group_batches, length_chunks,
-                     prompt_kv)
+                     answer_logprobs, answer_tokens, collect_groups, advantages, group_batches,
+                     informative_groups, length_chunks, prompt_kv)
 from common.errors import UserError
 from rl.guidance import ExpertGuide, guidance_figures
 from rl.loop import PhaseOptimizers, RunRequest, run_grpo_step, run_rl
@@ -138,6 +139,19 @@ def test_tied_groups_are_dropped_and_replaced(tiny_model_dir, setup, scorer):  #
                                    on_round=lambda done, found: told.append((done, found)))
     assert kept == [] and len(rollout.groups) == 3  # bounded attempts, then give up
     assert told == [(0, 0), (1, 0), (2, 0)]  # the progress display hears of every round before it runs
+
+
+def test_wins_only_keeps_the_groups_in_which_a_sampled_answer_wins(tiny_model_dir, setup, scorer):  # noqa: F811
+    _, tokenizer = load_model(str(tiny_model_dir))
+    won = hand_made_group(tokenizer, scorer, setup, [GOOD, BAD])
+    no_win = hand_made_group(tokenizer, scorer, setup, [format_answer("hmm", "corny"), BAD])
+    expert_won = dataclasses.replace(hand_made_group(tokenizer, scorer, setup, [BAD, GOOD]), expert_members=1)
+    assert not no_win.rewards.tied(0.05)  # playable over unplayable: a spread, but no win
+    assert informative_groups([won, no_win, expert_won], 0.05) == [won, no_win, expert_won]
+    assert informative_groups([won, no_win, expert_won], 0.05, wins_only=True) == [won]
+    rounds = iter([Rollout([no_win]), Rollout([no_win, won])])
+    rollout, kept = collect_groups(lambda: next(rounds), wanted=1, max_rounds=3, tie_threshold=0.05, wins_only=True)
+    assert kept == [won] and len(rollout.groups) == 3
 
 
 def test_the_experts_answer_gives_a_group_of_failures_a_signal(tiny_model_dir, setup, scorer):  # noqa: F811
