@@ -150,9 +150,6 @@ def build_config(data: dict, overrides: dict | None = None, where: str = "config
         node[leaf] = value
     config = _build(RLConfig, merged, "", names)
     config.reward.check(where)
-    if config.grpo.wins_only and not config.reward.win > 0:
-        raise UserError(f"{names.blame('grpo.wins_only', 'reward.win')}grpo.wins_only needs {names('reward.win')} > 0: "
-                        "no answer would count as a win, and every group would be dropped")
     if not (config.eval_games or config.eval_endgame) and "eval_every" not in merged:
         config = dataclasses.replace(config, eval_every=0)
     _check_heldout(config, names)
