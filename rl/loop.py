@@ -40,7 +40,7 @@ from llm.generation import SamplingSettings
 from llm.loading import portable_spec
 from rl.config import RLConfig, build_config, load_config_file
 from rl.expert_iteration import ExpertIteration
-from rl.grpo import GrpoLearner, collect_groups
+from rl.grpo import GrpoLearner, collect_groups, sampled_win
 from rl.guidance import ExpertGuide, guidance_figures
 from rl.heldout import (BEST_DIR, BEST_FILE, ENDGAME, BestSoFar, figures_of, heldout_record, heldout_summary,
                         is_training_step)
@@ -286,7 +286,7 @@ def _restore_rank_dice(ranks: list[dict] | None, rng: np.random.Generator) -> No
 
 
 # A step's figures that add up over ranks, and those that are means over each rank's answers (or positions).
-SUMMED = ("games", "wins", "answer_tokens", "groups", "positions", "targets", "rewritten_thoughts")
+SUMMED = ("games", "wins", "answer_tokens", "groups", "won_groups", "positions", "targets", "rewritten_thoughts")
 AVERAGED = ("invalid_rate", "format_rate", "kept_fraction", "expert_fraction")
 
 
@@ -346,11 +346,13 @@ def run_grpo_step(model, tokenizer, scorer: RewardScorer, learner: GrpoLearner, 
     states) until enough informative groups (`groups_wanted`, this process's share under
     mlx.launch), then one update; its metrics.jsonl record, over every process.
 
-    Besides the learning figures, the record says what the step's time went into:
-    answer tokens per second of the rollout, trained (answer) tokens per second of the
-    update, each one's share of the step, and the share of the update's micro-batch
-    positions that were padding. With a `guide` (`grpo.expert_in_group`) the expert's
-    answer joins each group; how it stood against the samples is logged too.
+    Besides the learning figures, the record counts the groups in which a sampled answer
+    won (at endgame positions the only ones that can teach closing) and says what the
+    step's time went into: answer tokens per second of the rollout, trained (answer)
+    tokens per second of the update, each one's share of the step, and the share of the
+    update's micro-batch positions that were padding. With a `guide`
+    (`grpo.expert_in_group`) the expert's answer joins each group; how it stood against
+    the samples is logged too.
     """
     rollout_start = time.perf_counter()
     wanted = config.grpo.groups_per_step if groups_wanted is None else groups_wanted
@@ -366,6 +368,7 @@ def run_grpo_step(model, tokenizer, scorer: RewardScorer, learner: GrpoLearner, 
     figures = learner.update(kept) if informative else {"skipped": "no informative group"}
     update_end = time.perf_counter()
     stats = whole_step({**rollout.stats(config.rollout.temperature), "groups": len(rollout.groups),
+                        "won_groups": sum(sampled_win(g) for g in rollout.groups),
                         "secrets": sorted({g.secret for g in rollout.games}),
                         "group_rewards": [[round(float(x), 4) for x in g.rewards.total] for g in rollout.groups]},
                        len(rollout.groups))
@@ -424,6 +427,7 @@ def summarise(records: list[dict], out: Path, adapter_dir: Path, best: BestSoFar
         "run": str(out), "adapter": str(adapter_dir), "steps": steps[-1]["step"] if steps else 0,
         "grpo_steps": len(grpo), "ei_steps": len(steps) - len(grpo),
         "games": games, "wins": wins, "win_rate": wins / games if games else None,
+        "won_groups": sum(r.get("won_groups", 0) for r in grpo), "groups": sum(r["groups"] for r in grpo),
         "last_reward_mean": steps[-1].get("reward_mean") if steps else None,
         "mean_dropped_fraction": statistics.fmean(r["dropped_fraction"] for r in grpo) if grpo else None,
         "grpo_step_seconds_median": median("seconds", grpo),

@@ -410,6 +410,7 @@ def test_a_grpo_step_says_what_its_time_went_into(lora_model, setup, scorer):
     record = run_grpo_step(model, tokenizer, scorer, learner, config,
                            lambda: sample_start_states(setup, setup.solver(), ["bunny", "crane"], 2, rng, 2), rng)
     assert record["informative_groups"] == record["groups"] > 0  # a 0 threshold keeps tied groups
+    assert record["won_groups"] == 0  # a tiny random model never names the secret
     assert record["rollout_tokens_per_s"] == pytest.approx(record["answer_tokens"] / record["rollout_seconds"])
     assert record["update_tokens_per_s"] == pytest.approx(record["trained_tokens"] / record["update_seconds"])
     assert record["rollout_share"] == pytest.approx(
