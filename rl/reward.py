@@ -91,6 +91,17 @@ class RewardWeights:
         return asdict(self)
 
 
+@njit(cache=True, inline="always")
+def clue_tiles(codes: np.ndarray, row: int, history_rows: np.ndarray, history_patterns: np.ndarray,
+               scratch: np.ndarray) -> int:
+    """How many of the feedback tiles so far word `row` would have given had it been the secret
+    (5 per turn for a word that fits every clue): the `consistent` and `fit` components."""
+    tiles = 0
+    for h in range(history_rows.shape[0]):
+        tiles += tiles_matched(feedback_code(codes[history_rows[h]], codes[row], scratch), history_patterns[h])
+    return tiles
+
+
 @njit(cache=True)
 def reward_kernel(matrix: np.ndarray, codes: np.ndarray, rows: np.ndarray, thought_scores: np.ndarray,
                   candidates: np.ndarray, history_rows: np.ndarray, history_patterns: np.ndarray,
@@ -123,9 +134,7 @@ def reward_kernel(matrix: np.ndarray, codes: np.ndarray, rows: np.ndarray, thoug
             continue
         parts[i, FORMAT] = weights[FORMAT]
         parts[i, VALID] = weights[VALID]
-        tiles = 0
-        for h in range(turns):
-            tiles += tiles_matched(feedback_code(codes[history_rows[h]], codes[row], scratch), history_patterns[h])
+        tiles = clue_tiles(codes, row, history_rows, history_patterns, scratch)
         if tiles == 5 * turns:
             parts[i, CONSISTENT] = weights[CONSISTENT]
         parts[i, FIT] = weights[FIT] * (tiles / (5 * turns) if turns else 1.0)

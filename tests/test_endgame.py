@@ -392,3 +392,48 @@ def test_thought_truth_scores_playable_thoughts_as_the_reward_does_and_reads_the
     assert counts["bunny"]["thought_all_true"] == (3, 4)
     assert counts["bunny"]["one_left_names_secret"] == (1, 2) and counts["bunny"]["one_left_names_earlier_guess"] == (1, 2)
     assert rates(counts)["thought_all_true"] == {"rate": 0.75, "answers": 4}
+
+
+def test_naming_tilt_scores_every_word_by_the_reward_kernels_fit(tiny_model_dir, setup):  # noqa: F811
+    """studies/naming_tilt.py: each word's fit is the reward's `fit` component (1 for the secret),
+    the context stops at ` Only` with the word next, and steps on the tilted loss move the
+    words' probabilities toward the ones that fit."""
+    import mlx.nn as nn
+    import mlx.optimizers as optim
+
+    from rl.reward import RewardWeights
+    from sft.cot import truthful_answer
+    from sft.lora import AdapterSettings, attach_adapter
+    from studies.naming_tilt import fit_shares, naming_context, tilted_loss, word_logits, word_tokens
+
+    position = position_at(setup, "bunny", ["salet", "crony", "fudge"])
+    words = ["bunny", "crane", "funny", "sunny", "lowly"]
+    rows = np.array([setup.lists.index(w) for w in words], dtype=np.int64)
+    fits = fit_shares(setup, position, rows)
+    scorer = RewardScorer(setup, RewardWeights(fit=1.0))
+    answers = [format_answer("x", w) for w in words]
+    assert np.allclose(fits, scorer.score(answers, position.state).component("fit"))
+    assert fits[0] == 1.0 and fits[1] < 1.0
+    model, tokenizer = load_model(str(tiny_model_dir))
+    context = naming_context(tokenizer, position)
+    answer = truthful_answer(position.state, "bunny")
+    assert tokenizer.decode(context).endswith(answer[:answer.rindex(" bunny remains.")])
+    token_ids, kept = word_tokens(tokenizer, list(setup.lists.allowed[:400]))
+    assert all(tokenizer.encode(" " + w, add_special_tokens=False) == [t] for w, t in zip(kept, token_ids))
+    ids = mx.array(np.arange(20, dtype=np.int64))
+    word_fits = mx.array(np.linspace(0, 1, 20, dtype=np.float32)[None])
+    mx.random.seed(0)
+    attach_adapter(model, AdapterSettings())
+    step = nn.value_and_grad(model, tilted_loss)
+    optimizer = optim.Adam(learning_rate=1e-2)
+
+    def fitting_share() -> float:
+        probs = mx.softmax(word_logits(model, [context], ids), axis=-1)
+        return float((probs * word_fits).sum())
+
+    before = fitting_share()
+    for _ in range(3):
+        _, grads = step(model, [context], ids, word_fits, 0.05)
+        optimizer.update(model, grads)
+        mx.eval(model.parameters())
+    assert fitting_share() > before

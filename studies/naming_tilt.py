@@ -1,0 +1,260 @@
+"""Teach the naming step to trust the clues: exact KL-regularised policy improvement at one token.
+
+At a one-candidate position the teacher's thought ends ` Only X remains.`, and for 57% of the
+answers X is one SmolLM2 token: the whole endgame decision is one next-token distribution.
+GRPO samples 16 answers there and, on held-out words, finds the secret in about 1 of 40
+(results/endgame-wins-only/): its updates are about the few words it happened to win on. This
+study scores every single-token word of the allowed list at once instead. Its reward is the
+reward kernel's `fit` (the share of the feedback tiles so far the word would have given as
+the secret: 1 only for words the clues leave), and the policy is moved toward the closed-form
+optimum of KL-regularised reward maximisation at that token,
+
+    q(w) ∝ p(w) * exp(fit(w) / beta)        over the single-token words w,
+
+with p the model's own distribution there (held fixed for the step), by the cross-entropy
+from q (its gradient on the logits is p - q). Every word the model would name moves by how
+much better or worse than its neighbours it fits the clues, at every position, whether or
+not a sample found the secret; nothing rewards a particular word, so memory cannot pay.
+
+Positions: the teacher's one-candidate positions (its true thought, which the model scores
+above another position's secret by 9.5 nats: results/endgame-lowlr/), single-token secrets
+only, on training words never named in SFT data (allowed-only words and the untaught answers,
+`--secrets allowed`) or on the answer list's training words (`--secrets answers`). Held-out
+words never train. `--diagnose` reports, at held-out one-candidate positions, the secret's
+rank among the single-token words and its log-probability among them, as the model gives it
+and after the tilt (how far the model is from trusting the clues), each adapter after the
+first paired with it. Neither kind of training moved the held-out figure up:
+results/naming-tilt/. Run from the repository root:
+
+    python -m studies.naming_tilt --adapter runs/gpu-sft-2400 --out runs/naming-tilt --steps 80
+    python -m studies.naming_tilt --diagnose --adapter runs/gpu-sft-2400 --adapter runs/naming-tilt/step-0080 \
+        --split validation --json OUT.json
+"""
+
+from __future__ import annotations
+
+from llm.blas import ensure_fast_blas
+
+if __name__ == "__main__":
+    ensure_fast_blas()  # before mlx loads: a reference BLAS makes this 50x slower
+
+import json  # noqa: E402
+import time
+from pathlib import Path
+
+import click
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+from numba import njit
+
+from common.errors import run_script
+from common.fileio import atomic_write_json
+from eval.endgame import EndgamePosition, teacher_positions
+from eval.splits import SPLITS, trainable, untaught
+from llm.adapter_files import save_adapter
+from llm.format import prompt_tokens
+from llm.loading import load_model
+from rl.reward import clue_tiles
+from sft.cot import truthful_answer
+from sft.lora import continue_adapter, trainable_weights
+from solver.setup import Setup, load_setup
+from studies.closing_logprob import NAMING, paired_interval
+
+DEFAULT_BETA = 0.05  # a word that fits one more tile in 20 (0.05) is e times likelier
+
+
+def word_tokens(tokenizer, words: list[str]) -> tuple[np.ndarray, list[str]]:
+    """The words that are one token with their leading space, and those token ids."""
+    ids, kept = [], []
+    for word in words:
+        encoded = tokenizer.encode(" " + word, add_special_tokens=False)
+        if len(encoded) == 1:
+            ids.append(encoded[0])
+            kept.append(word)
+    return np.array(ids, dtype=np.int64), kept
+
+
+@njit(cache=True)
+def _fit_kernel(codes: np.ndarray, rows: np.ndarray, history_rows: np.ndarray,
+                history_patterns: np.ndarray) -> np.ndarray:
+    scratch = np.zeros(26, dtype=np.int8)
+    turns = history_rows.shape[0]
+    out = np.empty(rows.shape[0], dtype=np.float64)
+    for i in range(rows.shape[0]):
+        out[i] = clue_tiles(codes, rows[i], history_rows, history_patterns, scratch) / (5 * turns) if turns else 1.0
+    return out
+
+
+def fit_shares(setup: Setup, position: EndgamePosition, rows: np.ndarray) -> np.ndarray:
+    """The reward kernel's `fit` (rl/reward.py) of each word row at the position."""
+    lists = setup.lists
+    history_rows = np.array([lists.index(t.guess) for t in position.state.turns], dtype=np.int64)
+    history_patterns = np.array([t.pattern for t in position.state.turns], dtype=np.int64)
+    return _fit_kernel(lists.allowed_codes, rows, history_rows, history_patterns)
+
+
+def naming_context(tokenizer, position: EndgamePosition) -> list[int]:
+    """The prompt and the teacher's true thought up to and with ` Only`: the next token names the word."""
+    answer = truthful_answer(position.state, position.secret)
+    cut = answer.rindex(NAMING)
+    return (prompt_tokens(tokenizer, position.state, position.rejected)
+            + tokenizer.encode(answer[:cut], add_special_tokens=False)
+            + tokenizer.encode(NAMING.rstrip(), add_special_tokens=False))
+
+
+def word_logits(model: nn.Module, contexts: list[list[int]], token_ids: mx.array) -> mx.array:
+    """The logits of the single-token words at the end of each context (right-padded batch)."""
+    width = max(len(c) for c in contexts)
+    ids = mx.array([c + [0] * (width - len(c)) for c in contexts])
+    hidden = model.model(ids)
+    last = mx.array([len(c) - 1 for c in contexts])
+    hidden = hidden[mx.arange(len(contexts)), last]
+    logits = model.model.embed_tokens.as_linear(hidden) if model.args.tie_word_embeddings else model.lm_head(hidden)
+    return logits[:, token_ids].astype(mx.float32)
+
+
+def tilted_loss(model: nn.Module, contexts: list[list[int]], token_ids: mx.array, fits: mx.array,
+                beta: float) -> mx.array:
+    """Cross-entropy from q = softmax(stop_gradient(logits) + fit / beta) over the words."""
+    logits = word_logits(model, contexts, token_ids)
+    target = mx.softmax(mx.stop_gradient(logits) + fits / beta, axis=-1)
+    return -(target * nn.log_softmax(logits, axis=-1)).sum(axis=-1).mean()
+
+
+def one_candidate_positions(setup: Setup, words: list[str], count: int, seed: int) -> list[EndgamePosition]:
+    """`count` teacher positions with one candidate left: each game's first position with one."""
+    solver = setup.solver().for_histories() if setup.secret_kind == "allowed" else setup.solver()
+    return teacher_positions(setup, solver, words, count, seed, max_candidates=1)
+
+
+def diagnose(model, tokenizer, setup: Setup, positions: list[EndgamePosition], token_ids: np.ndarray,
+             words: list[str], beta: float) -> list[dict]:
+    """Per position: the secret's rank among the single-token words, its probability among them,
+    and its probability after the tilt by fit."""
+    index = {w: i for i, w in enumerate(words)}
+    rows = np.array([setup.lists.index(w) for w in words], dtype=np.int64)
+    records = []
+    for position in positions:
+        if position.secret not in index:
+            continue
+        fits = fit_shares(setup, position, rows)
+        logits = np.array(word_logits(model, [naming_context(tokenizer, position)], mx.array(token_ids))[0])
+        log_p = logits - np.logaddexp.reduce(logits)
+        tilted = logits + fits / beta
+        log_q = tilted - np.logaddexp.reduce(tilted)
+        s = index[position.secret]
+        records.append({"key": position.key, "secret": position.secret,
+                        "rank": int((logits > logits[s]).sum()) + 1,
+                        "log_p": round(float(log_p[s]), 4), "log_p_tilted": round(float(log_q[s]), 4),
+                        "fully_fitting_words": int((fits >= 1.0).sum()),
+                        "top": words[int(np.argmax(logits))]})
+    return records
+
+
+def diagnose_adapters(model: str, adapters: tuple[str, ...], split: str, positions: int, seed: int, beta: float,
+                      json_path: str | None) -> None:
+    """`diagnose` for each adapter at the same held-out one-candidate positions, each after the
+    first paired with it: the mean change in the secret's log-probability among the words."""
+    setup = load_setup("answers")
+    chosen = [p for p in teacher_positions(setup, setup.solver(), SPLITS[split](setup.lists.answers),
+                                           positions, seed) if len(p.state.candidates) == 1]
+    summaries, per_adapter = [], {}
+    for adapter in adapters:
+        loaded, tokenizer = load_model(model, adapter)
+        loaded.eval()
+        token_ids, words = word_tokens(tokenizer, list(setup.lists.allowed))
+        records = diagnose(loaded, tokenizer, setup, chosen, token_ids, words, beta)
+        ranks = np.array([r["rank"] for r in records])
+        answers = set(setup.lists.answers)
+        summary = {"adapter": adapter, "positions": len(records), "median_rank": float(np.median(ranks)),
+                   "top1": int((ranks == 1).sum()), "top10": int((ranks <= 10).sum()),
+                   "top_not_an_answer": sum(r["top"] not in answers for r in records),
+                   "mean_log_p": round(float(np.mean([r["log_p"] for r in records])), 4),
+                   "mean_log_p_tilted": round(float(np.mean([r["log_p_tilted"] for r in records])), 4)}
+        if per_adapter:
+            first = np.array([r["log_p"] for r in per_adapter[adapters[0]]])
+            this = np.array([r["log_p"] for r in records])
+            low, high = paired_interval(first, this)
+            summary |= {"vs_first": round(float((this - first).mean()), 4), "low": round(low, 4),
+                        "high": round(high, 4), "higher": int((this > first).sum())}
+        print(json.dumps(summary), flush=True)
+        summaries.append(summary)
+        per_adapter[adapter] = records
+    if json_path:
+        atomic_write_json(json_path, {"split": split, "positions": positions, "seed": seed, "beta": beta,
+                                      "one_candidate": len(chosen), "adapters": summaries,
+                                      "per_position": per_adapter})
+
+
+@click.command()
+@click.option("--model", default="default")
+@click.option("--adapter", "adapters", required=True, multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="The adapter to start from (it is continued, not stacked); with --diagnose, two or more "
+                   "are paired by position (the first is A).")
+@click.option("--out", type=click.Path(file_okay=False), help="Run folder: checkpoints and metrics.jsonl.")
+@click.option("--steps", default=80, type=click.IntRange(1))
+@click.option("--batch-size", default=8, type=click.IntRange(1))
+@click.option("--lr", default=1e-4, type=click.FloatRange(0, 1, min_open=True))
+@click.option("--beta", default=DEFAULT_BETA, type=click.FloatRange(0, 10, min_open=True))
+@click.option("--save-every", default=20, type=click.IntRange(1))
+@click.option("--seed", default=0, type=int)
+@click.option("--secrets", "secret_kind", default="allowed", type=click.Choice(["allowed", "answers"]),
+              help="Train on allowed-list words SFT never named, or on the answer list's training words "
+                   "(scoring only that list's single-token words).")
+@click.option("--diagnose", "diagnose_only", is_flag=True, help="Only report the secret's rank at held-out positions.")
+@click.option("--split", type=click.Choice(SPLITS), default="test", help="With --diagnose: the secrets' split.")
+@click.option("--positions", default=400, type=click.IntRange(1), help="With --diagnose: as eval --endgame's.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def main(model, adapters, out, steps, batch_size, lr, beta, save_every, seed, secret_kind, diagnose_only, split,
+         positions, json_path) -> None:
+    if diagnose_only:
+        diagnose_adapters(model, adapters, split, positions, seed, beta, json_path)
+        return
+    if len(adapters) != 1 or not out:
+        raise click.UsageError("training takes one --adapter and an --out folder")
+    adapter = adapters[0]
+    loaded, tokenizer = load_model(model, adapter)
+    setup = load_setup(secret_kind)
+    if secret_kind == "allowed":
+        answers = set(setup.lists.answers)
+        pool = [w for w in trainable(setup.lists.allowed) if w not in answers] + untaught(setup.lists.answers)
+    else:
+        pool = trainable(setup.lists.answers)
+    token_ids, words = word_tokens(tokenizer, list(setup.lists.secrets(secret_kind)))
+    secrets = sorted(set(pool) & set(words))
+    rows = np.array([setup.lists.index(w) for w in words], dtype=np.int64)
+    started = time.time()
+    train_positions = one_candidate_positions(setup, secrets, steps * batch_size, seed)
+    print(f"{len(train_positions)} one-candidate positions on {len(secrets)} single-token training words "
+          f"({time.time() - started:.0f} s); {len(words)} single-token words scored")
+    config = continue_adapter(loaded, adapter)
+    loaded.train()
+    mx.random.seed(seed)
+    optimizer = optim.Adam(learning_rate=lr)
+    loss_and_grad = nn.value_and_grad(loaded, tilted_loss)
+    ids = mx.array(token_ids)
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "metrics.jsonl", "w") as log:
+        for step in range(1, steps + 1):
+            batch = train_positions[(step - 1) * batch_size: step * batch_size]
+            if not batch:
+                break
+            t0 = time.time()
+            contexts = [naming_context(tokenizer, p) for p in batch]
+            fits = mx.array(np.stack([fit_shares(setup, p, rows) for p in batch]), dtype=mx.float32)
+            loss, grads = loss_and_grad(loaded, contexts, ids, fits, beta)
+            optimizer.update(loaded, grads)
+            mx.eval(loaded.parameters(), optimizer.state, loss)
+            record = {"step": step, "loss": round(float(loss), 5), "seconds": round(time.time() - t0, 2)}
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+            print(json.dumps(record), flush=True)
+            if step % save_every == 0 or step == steps:
+                save_adapter(folder / f"step-{step:04d}", trainable_weights(loaded), config)
+
+
+if __name__ == "__main__":
+    run_script(main)
