@@ -160,6 +160,7 @@ def diagnose_adapters(model: str, adapters: tuple[str, ...], split: str, positio
     setup = load_setup("answers")
     chosen = [p for p in teacher_positions(setup, setup.solver(), SPLITS[split](setup.lists.answers),
                                            positions, seed) if len(p.state.candidates) == 1]
+    answers = set(setup.lists.answers)
     summaries, per_adapter = [], {}
     for adapter in adapters:
         loaded, tokenizer = load_model(model, adapter)
@@ -167,7 +168,6 @@ def diagnose_adapters(model: str, adapters: tuple[str, ...], split: str, positio
         token_ids, words = word_tokens(tokenizer, list(setup.lists.allowed))
         records = diagnose(loaded, tokenizer, setup, chosen, token_ids, words, beta)
         ranks = np.array([r["rank"] for r in records])
-        answers = set(setup.lists.answers)
         summary = {"adapter": adapter, "positions": len(records), "median_rank": float(np.median(ranks)),
                    "top1": int((ranks == 1).sum()), "top10": int((ranks <= 10).sum()),
                    "top_not_an_answer": sum(r["top"] not in answers for r in records),
