@@ -115,12 +115,29 @@ def word_logits(model: nn.Module, contexts: list[list[int]], token_ids: mx.array
     return logits[:, token_ids].astype(mx.float32)
 
 
-def tilted_loss(model: nn.Module, contexts: list[list[int]], token_ids: mx.array, fits: mx.array,
-                beta: float) -> mx.array:
-    """Cross-entropy from q = softmax(stop_gradient(logits) + fit / beta) over the words."""
-    logits = word_logits(model, contexts, token_ids)
+def tilted_objective(logits: mx.array, fits: mx.array, beta: float, center: bool = False) -> mx.array:
+    """Cross-entropy from q = softmax(stop_gradient(logits) + fit / beta) over the words.
+
+    With `center`, each word's push on the logits (p - q at each position) has its mean over
+    the batch's positions taken off, so no word gains or loses on average over the batch: only
+    where it fits better or worse than elsewhere. Uncentred, every training position lifts its
+    own secret and lowers every word that fits it less, so the words that are secrets in
+    training gain everywhere and the held-out ones lose (results/naming-tilt/ runs 1-3). The
+    value returned is the cross-entropy either way; only the gradient changes."""
+    log_p = nn.log_softmax(logits, axis=-1)
     target = mx.softmax(mx.stop_gradient(logits) + fits / beta, axis=-1)
-    return -(target * nn.log_softmax(logits, axis=-1)).sum(axis=-1).mean()
+    cross_entropy = -(target * log_p).sum(axis=-1).mean()
+    if not center:
+        return cross_entropy
+    push = mx.stop_gradient(mx.exp(log_p) - target)
+    surrogate = ((push - push.mean(axis=0, keepdims=True)) * logits).sum(axis=-1).mean()
+    return surrogate + mx.stop_gradient(cross_entropy - surrogate)
+
+
+def tilted_loss(model: nn.Module, contexts: list[list[int]], token_ids: mx.array, fits: mx.array,
+                beta: float, center: bool = False) -> mx.array:
+    """`tilted_objective` of the model's word logits at the contexts."""
+    return tilted_objective(word_logits(model, contexts, token_ids), fits, beta, center)
 
 
 def one_candidate_positions(setup: Setup, words: list[str], count: int, seed: int) -> list[EndgamePosition]:
@@ -203,12 +220,14 @@ def diagnose_adapters(model: str, adapters: tuple[str, ...], split: str, positio
 @click.option("--secrets", "secret_kind", default="allowed", type=click.Choice(["allowed", "answers"]),
               help="Train on allowed-list words SFT never named, or on the answer list's training words "
                    "(scoring only that list's single-token words).")
+@click.option("--center", is_flag=True,
+              help="Take each word's mean push over the batch off its gradient (no word gains on average).")
 @click.option("--diagnose", "diagnose_only", is_flag=True, help="Only report the secret's rank at held-out positions.")
 @click.option("--split", type=click.Choice(SPLITS), default="test", help="With --diagnose: the secrets' split.")
 @click.option("--positions", default=400, type=click.IntRange(1), help="With --diagnose: as eval --endgame's.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def main(model, adapters, out, steps, batch_size, lr, beta, save_every, seed, secret_kind, diagnose_only, split,
-         positions, json_path) -> None:
+def main(model, adapters, out, steps, batch_size, lr, beta, save_every, seed, secret_kind, center, diagnose_only,
+         split, positions, json_path) -> None:
     if diagnose_only:
         diagnose_adapters(model, adapters, split, positions, seed, beta, json_path)
         return
@@ -245,7 +264,7 @@ def main(model, adapters, out, steps, batch_size, lr, beta, save_every, seed, se
             t0 = time.time()
             contexts = [naming_context(tokenizer, p) for p in batch]
             fits = mx.array(np.stack([fit_shares(setup, p, rows) for p in batch]), dtype=mx.float32)
-            loss, grads = loss_and_grad(loaded, contexts, ids, fits, beta)
+            loss, grads = loss_and_grad(loaded, contexts, ids, fits, beta, center)
             optimizer.update(loaded, grads)
             mx.eval(loaded.parameters(), optimizer.state, loss)
             record = {"step": step, "loss": round(float(loss), 5), "seconds": round(time.time() - t0, 2)}

@@ -437,3 +437,19 @@ def test_naming_tilt_scores_every_word_by_the_reward_kernels_fit(tiny_model_dir,
         optimizer.update(model, grads)
         mx.eval(model.parameters())
     assert fitting_share() > before
+
+
+def test_centred_naming_tilt_moves_no_word_on_average_over_the_batch():
+    """studies/naming_tilt.py --center: the gradient on the logits is p - q less its mean over the
+    batch's positions (each word's column sums to 0); the value is the plain cross-entropy."""
+    from studies.naming_tilt import tilted_objective
+
+    logits = mx.array(np.random.default_rng(0).normal(size=(4, 6)).astype(np.float32))
+    fits = mx.array(np.random.default_rng(1).uniform(size=(4, 6)).astype(np.float32))
+    plain_value, plain = mx.value_and_grad(lambda x: tilted_objective(x, fits, 0.1))(logits)
+    centred_value, centred = mx.value_and_grad(lambda x: tilted_objective(x, fits, 0.1, center=True))(logits)
+    assert float(centred_value) == pytest.approx(float(plain_value))
+    push = np.array(plain) * 4  # the mean over 4 positions divides p - q by 4
+    assert np.allclose(np.array(centred) * 4, push - push.mean(axis=0, keepdims=True), atol=1e-6)
+    assert np.allclose(np.array(centred).sum(axis=0), 0, atol=1e-6)
+    assert not np.allclose(np.array(plain).sum(axis=0), 0, atol=1e-3)
