@@ -140,6 +140,38 @@ def tilted_loss(model: nn.Module, contexts: list[list[int]], token_ids: mx.array
     return tilted_objective(word_logits(model, contexts, token_ids), fits, beta, center)
 
 
+def answer_sequence(tokenizer, position: EndgamePosition) -> tuple[list[int], int, int]:
+    """The prompt and the teacher's whole true answer in one encoding (as SFT reads it), where the
+    answer starts, and the index of the token that names the word (the same tokens as
+    `naming_context` and the word: checked on the answer list's training words)."""
+    prompt = prompt_tokens(tokenizer, position.state, position.rejected)
+    answer = tokenizer.encode(truthful_answer(position.state, position.secret), add_special_tokens=False)
+    return prompt + answer, len(prompt), len(naming_context(tokenizer, position))
+
+
+def anchored_loss(model: nn.Module, sequences: list[tuple[list[int], int, int]], token_ids: mx.array,
+                  fits: mx.array, beta: float, center: bool, anchor: float) -> tuple[mx.array, mx.array, mx.array]:
+    """The tilt at the naming token plus `anchor` times the mean negative log-likelihood of every
+    other token of the teacher's answer: (total, tilt, anchor NLL).
+
+    A loss on the one naming token alone leaves every other token of the answer free to drift, and
+    it does: run 1's step 60 wrote broken thoughts and unplayable guesses in 82.5% of its sampled
+    answers at held-out positions (results/naming-tilt/), while its teacher-forced naming looked
+    better. The anchor holds the rest of the answer to the SFT targets the start was trained on."""
+    width = max(len(tokens) for tokens, _, _ in sequences)
+    ids = mx.array([tokens + [0] * (width - len(tokens)) for tokens, _, _ in sequences])
+    logits = model(ids).astype(mx.float32)
+    named = mx.array([index for _, _, index in sequences])
+    words = logits[mx.arange(len(sequences)), named - 1][:, token_ids]
+    targets = np.arange(1, width)
+    mask = mx.array(np.array([(targets >= start) & (targets < len(tokens)) & (targets != index)
+                              for tokens, start, index in sequences]), dtype=mx.float32)
+    nll = nn.losses.cross_entropy(logits[:, :-1], ids[:, 1:], reduction="none")
+    anchor_nll = (nll * mask).sum() / mask.sum()
+    tilt = tilted_objective(words, fits, beta, center)
+    return tilt + anchor * anchor_nll, tilt, anchor_nll
+
+
 def one_candidate_positions(setup: Setup, words: list[str], count: int, seed: int) -> list[EndgamePosition]:
     """`count` teacher positions with one candidate left: each game's first position with one."""
     solver = setup.solver().for_histories() if setup.secret_kind == "allowed" else setup.solver()
@@ -173,7 +205,10 @@ def diagnose(model, tokenizer, setup: Setup, positions: list[EndgamePosition], t
 def diagnose_adapters(model: str, adapters: tuple[str, ...], split: str, positions: int, seed: int, beta: float,
                       json_path: str | None) -> None:
     """`diagnose` for each adapter at the same held-out one-candidate positions, each after the
-    first paired with it: the mean change in the secret's log-probability among the words."""
+    first paired with it: the mean change in the secret's log-probability among the words, and in
+    its probability. The second is what a sampled closing rate follows (a mean of probabilities);
+    the first also counts how far the secret falls where the model was already wrong, and a
+    distribution that sharpens can lower it while raising the second (results/naming-tilt/ run 4)."""
     setup = load_setup("answers")
     chosen = [p for p in teacher_positions(setup, setup.solver(), SPLITS[split](setup.lists.answers),
                                            positions, seed) if len(p.state.candidates) == 1]
@@ -189,13 +224,17 @@ def diagnose_adapters(model: str, adapters: tuple[str, ...], split: str, positio
                    "top1": int((ranks == 1).sum()), "top10": int((ranks <= 10).sum()),
                    "top_not_an_answer": sum(r["top"] not in answers for r in records),
                    "mean_log_p": round(float(np.mean([r["log_p"] for r in records])), 4),
-                   "mean_log_p_tilted": round(float(np.mean([r["log_p_tilted"] for r in records])), 4)}
+                   "mean_log_p_tilted": round(float(np.mean([r["log_p_tilted"] for r in records])), 4),
+                   "mean_p": round(float(np.mean(np.exp([r["log_p"] for r in records]))), 5)}
         if per_adapter:
             first = np.array([r["log_p"] for r in per_adapter[adapters[0]]])
             this = np.array([r["log_p"] for r in records])
             low, high = paired_interval(first, this)
+            p_low, p_high = paired_interval(np.exp(first), np.exp(this))
             summary |= {"vs_first": round(float((this - first).mean()), 4), "low": round(low, 4),
-                        "high": round(high, 4), "higher": int((this > first).sum())}
+                        "high": round(high, 4), "higher": int((this > first).sum()),
+                        "p_vs_first": round(float((np.exp(this) - np.exp(first)).mean()), 5),
+                        "p_low": round(p_low, 5), "p_high": round(p_high, 5)}
         print(json.dumps(summary), flush=True)
         summaries.append(summary)
         per_adapter[adapter] = records
@@ -222,12 +261,15 @@ def diagnose_adapters(model: str, adapters: tuple[str, ...], split: str, positio
                    "(scoring only that list's single-token words).")
 @click.option("--center", is_flag=True,
               help="Take each word's mean push over the batch off its gradient (no word gains on average).")
+@click.option("--anchor", default=0.0, type=click.FloatRange(0),
+              help="Weight of the teacher's answer NLL at every other token of the answer (0: the naming token alone, "
+                   "as runs 1-4).")
 @click.option("--diagnose", "diagnose_only", is_flag=True, help="Only report the secret's rank at held-out positions.")
 @click.option("--split", type=click.Choice(SPLITS), default="test", help="With --diagnose: the secrets' split.")
 @click.option("--positions", default=400, type=click.IntRange(1), help="With --diagnose: as eval --endgame's.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def main(model, adapters, out, steps, batch_size, lr, beta, save_every, seed, secret_kind, center, diagnose_only,
-         split, positions, json_path) -> None:
+def main(model, adapters, out, steps, batch_size, lr, beta, save_every, seed, secret_kind, center, anchor,
+         diagnose_only, split, positions, json_path) -> None:
     if diagnose_only:
         diagnose_adapters(model, adapters, split, positions, seed, beta, json_path)
         return
@@ -252,7 +294,7 @@ def main(model, adapters, out, steps, batch_size, lr, beta, save_every, seed, se
     loaded.train()
     mx.random.seed(seed)
     optimizer = optim.Adam(learning_rate=lr)
-    loss_and_grad = nn.value_and_grad(loaded, tilted_loss)
+    loss_and_grad = nn.value_and_grad(loaded, anchored_loss if anchor else tilted_loss)
     ids = mx.array(token_ids)
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
@@ -262,12 +304,18 @@ def main(model, adapters, out, steps, batch_size, lr, beta, save_every, seed, se
             if not batch:
                 break
             t0 = time.time()
-            contexts = [naming_context(tokenizer, p) for p in batch]
             fits = mx.array(np.stack([fit_shares(setup, p, rows) for p in batch]), dtype=mx.float32)
-            loss, grads = loss_and_grad(loaded, contexts, ids, fits, beta, center)
+            if anchor:
+                sequences = [answer_sequence(tokenizer, p) for p in batch]
+                (_, loss, anchor_nll), grads = loss_and_grad(loaded, sequences, ids, fits, beta, center, anchor)
+            else:
+                contexts = [naming_context(tokenizer, p) for p in batch]
+                loss, grads = loss_and_grad(loaded, contexts, ids, fits, beta, center)
             optimizer.update(loaded, grads)
             mx.eval(loaded.parameters(), optimizer.state, loss)
             record = {"step": step, "loss": round(float(loss), 5), "seconds": round(time.time() - t0, 2)}
+            if anchor:
+                record["anchor_nll"] = round(float(anchor_nll), 5)
             log.write(json.dumps(record) + "\n")
             log.flush()
             print(json.dumps(record), flush=True)

@@ -404,7 +404,8 @@ def test_naming_tilt_scores_every_word_by_the_reward_kernels_fit(tiny_model_dir,
     from rl.reward import RewardWeights
     from sft.cot import truthful_answer
     from sft.lora import AdapterSettings, attach_adapter
-    from studies.naming_tilt import fit_shares, naming_context, tilted_loss, word_logits, word_tokens
+    from studies.naming_tilt import (anchored_loss, answer_sequence, fit_shares, naming_context, tilted_loss, word_logits,
+                                     word_tokens)
 
     position = position_at(setup, "bunny", ["salet", "crony", "fudge"])
     words = ["bunny", "crane", "funny", "sunny", "lowly"]
@@ -437,6 +438,16 @@ def test_naming_tilt_scores_every_word_by_the_reward_kernels_fit(tiny_model_dir,
         optimizer.update(model, grads)
         mx.eval(model.parameters())
     assert fitting_share() > before
+
+    # --anchor: the same tilt read off the whole answer, plus the NLL of its other tokens
+    tokens, start, named = sequence = answer_sequence(tokenizer, position)
+    assert tokens[:named] == context and tokenizer.decode(tokens[start:]) == answer
+    total, tilt, anchor_nll = anchored_loss(model, [sequence], ids, word_fits, 0.05, False, 0.5)
+    assert float(tilt) == pytest.approx(float(tilted_loss(model, [context], ids, word_fits, 0.05)), rel=1e-4)
+    log_probs = np.array(nn.log_softmax(model(mx.array([tokens]))[0].astype(mx.float32), axis=-1))
+    others = [t for t in range(start, len(tokens)) if t != named]
+    assert float(anchor_nll) == pytest.approx(-np.mean([log_probs[t - 1, tokens[t]] for t in others]), rel=1e-4)
+    assert float(total) == pytest.approx(float(tilt) + 0.5 * float(anchor_nll), rel=1e-5)
 
 
 def test_centred_naming_tilt_moves_no_word_on_average_over_the_batch():
