@@ -23,8 +23,9 @@ only, on training words never named in SFT data (allowed-only words and the unta
 words never train. `--diagnose` reports, at held-out one-candidate positions, the secret's
 rank among the single-token words and its log-probability among them, as the model gives it
 and after the tilt (how far the model is from trusting the clues), each adapter after the
-first paired with it. Neither kind of training moved the held-out figure up:
-results/naming-tilt/. Run from the repository root:
+first paired with it. No training here moved the held-out figure up, and sampled answers show
+what the teacher-forced figures cannot: without `--anchor` the rest of the answer broke
+(results/naming-tilt/). Run from the repository root:
 
     python -m studies.naming_tilt --adapter runs/gpu-sft-2400 --out runs/naming-tilt --steps 80
     python -m studies.naming_tilt --diagnose --adapter runs/gpu-sft-2400 --adapter runs/naming-tilt/step-0080 \
