@@ -464,3 +464,76 @@ def test_centred_naming_tilt_moves_no_word_on_average_over_the_batch():
     assert np.allclose(np.array(centred) * 4, push - push.mean(axis=0, keepdims=True), atol=1e-6)
     assert np.allclose(np.array(centred).sum(axis=0), 0, atol=1e-6)
     assert not np.allclose(np.array(plain).sum(axis=0), 0, atol=1e-3)
+
+
+def test_naming_probe_readout_starts_at_the_models_logits_and_keeps_its_states_by_position(setup, tmp_path):
+    """studies/naming_probe.py: with the correction at zero the readout gives E h (the model's own
+    word logits), secret probabilities are read per position, and saved states are refused for
+    other positions."""
+    import click
+
+    from studies.naming_probe import load_states, readout_logits, save_states, secret_probabilities
+
+    rng = np.random.default_rng(0)
+    states = mx.array(rng.normal(size=(3, 8)).astype(np.float32))
+    embeddings = mx.array(rng.normal(size=(5, 8)).astype(np.float32))
+    down = mx.array(rng.normal(size=(2, 8)).astype(np.float32))
+    base = np.array(states @ embeddings.T)
+    assert np.allclose(np.array(readout_logits(states, embeddings, down, mx.zeros((8, 2)))), base, atol=1e-5)
+    up = mx.array(rng.normal(size=(8, 2)).astype(np.float32))
+    corrected = np.array(readout_logits(states, embeddings, down, up))
+    assert np.allclose(corrected, np.array((states + states @ (up @ down).T) @ embeddings.T), atol=1e-4)
+    probs = secret_probabilities(base, np.array([0, 4, 2]))
+    softmax = np.exp(base) / np.exp(base).sum(axis=1, keepdims=True)
+    assert np.allclose(probs, softmax[[0, 1, 2], [0, 4, 2]], atol=1e-6)
+
+    positions = {"train": [position_at(setup, "bunny", ["salet", "crony", "fudge"])]}
+    data = {"train": (np.ones((1, 8), np.float32), np.ones((1, 5)), np.array([3]))}
+    path = str(tmp_path / "states.npz")
+    save_states(path, positions, data)
+    loaded = load_states(path, positions)
+    assert np.array_equal(loaded["train"][0], data["train"][0]) and loaded["train"][2].tolist() == [3]
+    with pytest.raises(click.UsageError):
+        load_states(path, {"train": [position_at(setup, "funny", ["salet", "crony"])]})
+
+
+def test_naming_probe_readout_attached_to_the_model_gives_the_fitted_logits(tiny_model_dir, tmp_path):  # noqa: F811
+    """studies/naming_probe.py --sample-endgame: the readout after the final norm gives, at every
+    position, exactly the logits the fit scored (E (h + up down h)); a zero readout is the model."""
+    from studies.naming_probe import attach_readout, readout_logits
+
+    model, _ = load_model(str(tiny_model_dir))
+    ids = mx.array([[3, 7, 11, 5]])
+    states = model.model(ids)[0]
+    base = np.array(model(ids)[0])
+    hidden = states.shape[-1]
+    rng = np.random.default_rng(0)
+    down, up = rng.normal(size=(4, hidden)).astype(np.float32), rng.normal(size=(hidden, 4)).astype(np.float32) * 0.1
+    np.savez(tmp_path / "zero.npz", down=down, up=np.zeros_like(up))
+    np.savez(tmp_path / "readout.npz", down=down, up=up)
+    attach_readout(model, str(tmp_path / "zero.npz"))
+    assert np.allclose(np.array(model(ids)[0]), base, atol=1e-5)
+    model, _ = load_model(str(tiny_model_dir))
+    attach_readout(model, str(tmp_path / "readout.npz"))
+    embeddings = model.model.embed_tokens.weight
+    expected = np.array(readout_logits(states, embeddings, mx.array(down), mx.array(up)))
+    assert np.allclose(np.array(model(ids)[0]), expected, atol=1e-4)
+    assert not np.allclose(expected, base, atol=1e-3)
+
+
+def test_spelling_probe_reads_letters_that_the_features_carry():
+    """studies/spelling_probe.py: letters coded into the features are read back on unseen words;
+    features without them are read at no better than the most common letter."""
+    from studies.spelling_probe import fit_letter_probe, letter_accuracy, letter_classes
+
+    words = ["crane", "slate", "pansy", "bunny", "fudge", "crony", "spied", "puree"] * 4
+    letters = letter_classes(words)
+    assert letters[0].tolist() == [2, 17, 0, 13, 4]
+    one_hot = np.zeros((len(words), 5 * 26), np.float32)
+    for i, row in enumerate(letters):
+        one_hot[i, np.arange(5) * 26 + row] = 1
+    weights, bias = fit_letter_probe(one_hot[:24], letters[:24], epochs=200, lr=0.05, weight_decay=0.0, seed=0)
+    assert letter_accuracy(one_hot[24:], letters[24:], weights, bias)["words_right"] == 1.0
+    noise = np.random.default_rng(0).normal(size=one_hot.shape).astype(np.float32)
+    weights, bias = fit_letter_probe(noise[:24], letters[:24], epochs=200, lr=0.05, weight_decay=0.0, seed=0)
+    assert letter_accuracy(noise[24:], letters[24:], weights, bias)["words_right"] < 0.5

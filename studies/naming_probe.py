@@ -1,0 +1,268 @@
+"""Is the reading of the clues in the start's representation? A readout fitted at the naming step.
+
+Every route tried from the GPU SFT adapter (GRPO, expert iteration, endgame SFT, the naming
+tilt) moved the held-out closing rate down or not at all (results/). Two explanations are
+left: the start's representation at the naming token does not carry which new word the clues
+leave (then no few-step update of it could name one), or it does and the updates tried spent
+their steps on the words they were trained on. This study tells them apart without sampling:
+it freezes the model, takes its final hidden state h at the token after ` Only` (the teacher's
+true thought before it), and fits one linear map M on top, so that the word logits become
+E (h + M h) with E the model's own (tied) word embeddings, toward the tilted target of
+studies/naming_tilt.py (q ∝ p·exp(fit/beta) over the single-token words) on training words
+only. Because every word is scored through its own embedding, M can carry to words it never
+saw as a secret exactly as far as the representation lets it. The held-out figure is the
+secret's probability among the single-token words at one-candidate positions of held-out
+answer words (a sampled closing rate is a mean of such probabilities), before and after,
+paired, with the same at the training positions beside it (memory against skill).
+
+    python -m studies.naming_probe --adapter runs/gpu-sft-2400 --states runs/naming-probe/states.npz \
+        --readout runs/naming-probe/readout.npz --json results/naming-probe/probe.json
+    python -m studies.naming_probe --adapter runs/gpu-sft-2400 --readout runs/naming-probe/readout.npz \
+        --sample-endgame 400 --json results/naming-probe/readout-endgame-test-400.json
+"""
+
+from __future__ import annotations
+
+from llm.blas import ensure_fast_blas
+
+if __name__ == "__main__":
+    ensure_fast_blas()  # before mlx loads: a reference BLAS makes this 50x slower
+
+import json  # noqa: E402
+import time
+from pathlib import Path
+
+import click
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+
+from common.errors import run_script
+from common.fileio import atomic_write_json
+from eval.endgame import EndgamePosition
+from eval.splits import SPLITS, held_out_test, held_out_validation, trainable
+from llm.loading import load_model
+from solver.setup import Setup, load_setup
+from studies.closing_logprob import paired_interval
+from studies.naming_tilt import DEFAULT_BETA, fit_shares, naming_context, one_candidate_positions, word_tokens
+
+
+def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition], batch: int = 8) -> np.ndarray:
+    """The final (normed) hidden state at the naming token of each position, (positions, hidden)."""
+    states = []
+    for start in range(0, len(positions), batch):
+        contexts = [naming_context(tokenizer, p) for p in positions[start:start + batch]]
+        width = max(len(c) for c in contexts)
+        hidden = model.model(mx.array([c + [0] * (width - len(c)) for c in contexts]))
+        last = mx.array([len(c) - 1 for c in contexts])
+        states.append(np.array(hidden[mx.arange(len(contexts)), last].astype(mx.float32)))
+    return np.concatenate(states)
+
+
+def readout_logits(states: mx.array, embeddings: mx.array, down: mx.array, up: mx.array) -> mx.array:
+    """Word logits after the readout: E (h + up @ down @ h), a rank-r correction of the state."""
+    return (states + (states @ down.T) @ up.T) @ embeddings.T
+
+
+class ReadoutNorm(nn.Module):
+    """The model's final norm followed by the fitted readout, h -> h + up @ down @ h: the word
+    logits `readout_logits` scores, given at every position of a sampled answer (not only at the
+    naming token), so a sampled check shows what the correction does to the rest of the answer."""
+
+    def __init__(self, norm: nn.Module, down: mx.array, up: mx.array):
+        super().__init__()
+        self.norm, self.down, self.up = norm, down, up
+
+    def __call__(self, x: mx.array) -> mx.array:
+        hidden = self.norm(x)
+        return hidden + (hidden @ self.down.T.astype(hidden.dtype)) @ self.up.T.astype(hidden.dtype)
+
+
+def attach_readout(model: nn.Module, path: str) -> None:
+    """Put the readout saved at `path` after the model's final norm."""
+    saved = np.load(path)
+    model.model.norm = ReadoutNorm(model.model.norm, mx.array(saved["down"]), mx.array(saved["up"]))
+
+
+def sample_endgame(model: str, adapter: str, readout: str, positions: int, seed: int, json_path: str) -> None:
+    """`eval --endgame --split test` (the same teacher positions for the same count and seed,
+    sampled as eval samples) with the readout attached, written as eval writes it, so that
+    `eval --compare` pairs it with the start's run."""
+    from eval.endgame import KIND, answer_positions, summarise_endgame, teacher_positions
+    from llm.generation import SamplingSettings
+
+    setup = load_setup("answers")
+    chosen = teacher_positions(setup, setup.solver().for_histories(), SPLITS["test"](setup.lists.answers),
+                               positions, seed)
+    loaded, tokenizer = load_model(model, adapter)
+    attach_readout(loaded, readout)
+    sampling = SamplingSettings()
+    started = time.perf_counter()
+    records = answer_positions(loaded, tokenizer, chosen, sampling, seed, show_progress=True)
+    atomic_write_json(json_path, {"kind": KIND, "policy": f"{model}+{adapter}+readout {readout}", "secrets": "answers",
+                                  "split": "test", "source": "teacher", "seed": seed, "max_candidates": 6,
+                                  "temperature": sampling.temperature, "top_p": sampling.top_p,
+                                  "max_tokens": sampling.max_tokens, "dtype": "auto", **summarise_endgame(records),
+                                  "seconds": round(time.perf_counter() - started, 3), "per_position": records})
+
+
+def secret_probabilities(logits: np.ndarray, secrets: np.ndarray) -> np.ndarray:
+    """Each position's secret's probability among the words."""
+    log_p = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+    return np.exp(log_p[np.arange(len(secrets)), secrets])
+
+
+def summary(before: np.ndarray, after: np.ndarray, before_logits: np.ndarray, after_logits: np.ndarray,
+            secrets: np.ndarray) -> dict:
+    """Mean secret probability before and after (paired interval), and how often it is the top word."""
+    low, high = paired_interval(before, after)
+    rows = np.arange(len(secrets))
+    return {"positions": len(secrets), "mean_p_before": round(float(before.mean()), 5),
+            "mean_p_after": round(float(after.mean()), 5), "change": round(float((after - before).mean()), 5),
+            "low": round(low, 5), "high": round(high, 5),
+            "top1_before": int((before_logits.argmax(1) == secrets).sum()),
+            "top1_after": int((after_logits.argmax(1) == secrets).sum()),
+            "median_rank_before": float(np.median((before_logits > before_logits[rows, secrets][:, None]).sum(1) + 1)),
+            "median_rank_after": float(np.median((after_logits > after_logits[rows, secrets][:, None]).sum(1) + 1))}
+
+
+def collect(model, tokenizer, setup: Setup, positions: list[EndgamePosition], words: list[str],
+            rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """States, fits of every word, and the secret's word index, for positions whose secret is a word."""
+    index = {w: i for i, w in enumerate(words)}
+    kept = [p for p in positions if p.secret in index]
+    fits = np.stack([fit_shares(setup, p, rows) for p in kept])
+    return naming_states(model, tokenizer, kept), fits, np.array([index[p.secret] for p in kept])
+
+
+def save_states(path: str, splits: dict[str, list[EndgamePosition]], data: dict) -> None:
+    """The states, fits and secrets of each split, keyed by the positions they came from."""
+    arrays = {}
+    for name, (states, fits, secrets) in data.items():
+        arrays |= {f"{name}_states": states, f"{name}_fits": fits, f"{name}_secrets": secrets,
+                   f"{name}_keys": np.array([p.key for p in splits[name]])}
+    partial = Path(path).with_suffix(".partial.npz")
+    np.savez(partial, **arrays)
+    partial.replace(path)
+
+
+def load_states(path: str, splits: dict[str, list[EndgamePosition]]) -> dict:
+    """`save_states`' arrays, refused unless they were taken at these positions."""
+    saved = np.load(path)
+    for name, positions in splits.items():
+        if list(saved[f"{name}_keys"]) != [p.key for p in positions]:
+            raise click.UsageError(f"{path} holds other {name} positions: use the options it was written with")
+    return {name: (saved[f"{name}_states"], saved[f"{name}_fits"], saved[f"{name}_secrets"]) for name in splits}
+
+
+@click.command()
+@click.option("--model", default="default")
+@click.option("--adapter", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--train-positions", default=1600, type=click.IntRange(1))
+@click.option("--held-out-positions", default=400, type=click.IntRange(1),
+              help="One-candidate positions of held-out test words (validation: half as many).")
+@click.option("--rank", default=64, type=click.IntRange(1))
+@click.option("--epochs", default=400, type=click.IntRange(1))
+@click.option("--lr", default=1e-3, type=click.FloatRange(0, 1, min_open=True))
+@click.option("--weight-decay", default=1e-2, type=click.FloatRange(0))
+@click.option("--beta", default=DEFAULT_BETA, type=click.FloatRange(0, 10, min_open=True))
+@click.option("--seed", default=0, type=int)
+@click.option("--states", "states_path", type=click.Path(dir_okay=False), default=None,
+              help="An .npz of the hidden states: read when it exists (the same positions), else written, so "
+                   "readouts can be refitted without the model's passes.")
+@click.option("--readout", "readout_path", type=click.Path(dir_okay=False), default=None,
+              help="Where to save the best readout (.npz); with --sample-endgame, the readout to attach.")
+@click.option("--sample-endgame", "sample_positions", type=click.IntRange(1), default=None,
+              help="Instead of fitting: sample one answer at this many test endgame positions (as eval --endgame) "
+                   "with --readout attached, and write them to --json.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), required=True)
+def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, weight_decay, beta, seed,
+         states_path, readout_path, sample_positions, json_path) -> None:
+    if sample_positions:
+        if not readout_path or not Path(readout_path).exists():
+            raise click.UsageError("--sample-endgame needs an existing --readout file")
+        sample_endgame(model, adapter, readout_path, sample_positions, seed, json_path)
+        return
+    loaded, tokenizer = load_model(model, adapter)
+    loaded.eval()
+    answers_setup, allowed_setup = load_setup("answers"), load_setup("allowed")
+    lists = answers_setup.lists
+    token_ids, words = word_tokens(tokenizer, list(lists.allowed))
+    rows = np.array([lists.index(w) for w in words], dtype=np.int64)
+    single = set(words)
+    started = time.time()
+    training_words = sorted(set(trainable(lists.allowed)) & single - set(held_out_validation(lists.answers))
+                            - set(held_out_test(lists.answers)))
+    splits = {
+        "train": one_candidate_positions(allowed_setup, training_words, train_positions, seed),
+        "validation": one_candidate_positions(answers_setup, sorted(set(held_out_validation(lists.answers)) & single),
+                                              held_out_positions // 2, seed + 1),
+        "test": one_candidate_positions(answers_setup, sorted(set(held_out_test(lists.answers)) & single),
+                                        held_out_positions, seed + 2),
+    }
+    print(f"positions in {time.time() - started:.0f} s: " + ", ".join(f"{k} {len(v)}" for k, v in splits.items()),
+          flush=True)
+    data = load_states(states_path, splits) if states_path and Path(states_path).exists() else {}
+    for name, positions in splits.items():
+        if name not in data:
+            t0 = time.time()
+            data[name] = collect(loaded, tokenizer, answers_setup, positions, words, rows)
+            print(f"{name}: {len(data[name][2])} states in {time.time() - t0:.0f} s", flush=True)
+    if states_path and not Path(states_path).exists():
+        save_states(states_path, splits, data)
+    embeddings = loaded.model.embed_tokens.weight[mx.array(token_ids)].astype(mx.float32)
+    hidden = embeddings.shape[1]
+    mx.random.seed(seed)
+    params = {"down": mx.random.normal((rank, hidden)) * (1 / hidden ** 0.5), "up": mx.zeros((hidden, rank))}
+    states, fits, _ = data["train"]
+    h, f = mx.array(states), mx.array(fits, dtype=mx.float32)
+    target = mx.softmax(h @ embeddings.T + f / beta, axis=-1)
+
+    def loss_fn(p):
+        log_p = nn.log_softmax(readout_logits(h, embeddings, p["down"], p["up"]), axis=-1)
+        return -(target * log_p).sum(axis=-1).mean()
+
+    def logits_of(name: str, p) -> np.ndarray:
+        return np.array(readout_logits(mx.array(data[name][0]), embeddings, p["down"], p["up"]))
+
+    zero = {"down": params["down"], "up": mx.zeros_like(params["up"])}
+    before = {name: logits_of(name, zero) for name in data}
+    optimizer = optim.AdamW(learning_rate=lr, weight_decay=weight_decay)
+    loss_and_grad = mx.value_and_grad(loss_fn)
+    curve, best = [], (-1.0, 0, params)
+    for epoch in range(1, epochs + 1):
+        loss, grads = loss_and_grad(params)
+        optimizer.update(params, grads)
+        mx.eval(params, optimizer.state)
+        if epoch % 20 == 0 or epoch == epochs:
+            val_p = secret_probabilities(logits_of("validation", params), data["validation"][2]).mean()
+            train_p = secret_probabilities(logits_of("train", params), data["train"][2]).mean()
+            curve.append({"epoch": epoch, "loss": round(float(loss), 5), "train_mean_p": round(float(train_p), 5),
+                          "validation_mean_p": round(float(val_p), 5)})
+            print(json.dumps(curve[-1]), flush=True)
+            if val_p > best[0]:
+                best = (float(val_p), epoch, {k: mx.array(v) for k, v in params.items()})
+    result = {"adapter": adapter, "seed": seed, "beta": beta, "rank": rank, "lr": lr, "weight_decay": weight_decay,
+              "words": len(words), "best_epoch": best[1], "curve": curve, "splits": {}}
+    for name in data:
+        after_logits = logits_of(name, best[2])
+        secrets = data[name][2]
+        p_before = secret_probabilities(before[name], secrets)
+        p_after = secret_probabilities(after_logits, secrets)
+        tilted = before[name] + data[name][1] / beta
+        result["splits"][name] = summary(p_before, p_after, before[name], after_logits, secrets) | {
+            "mean_p_tilted": round(float(secret_probabilities(tilted, secrets).mean()), 5),
+            "per_position": [{"key": p.key, "secret": p.secret, "p_before": round(float(a), 6),
+                              "p_after": round(float(b), 6)}
+                             for p, a, b in zip([p for p in splits[name] if p.secret in set(words)], p_before, p_after)]}
+        print(name, json.dumps({k: v for k, v in result["splits"][name].items() if k != "per_position"}), flush=True)
+    atomic_write_json(json_path, result)
+    if readout_path:
+        partial = Path(readout_path).with_suffix(".partial.npz")
+        np.savez(partial, down=np.array(best[2]["down"]), up=np.array(best[2]["up"]))
+        partial.replace(readout_path)
+
+
+if __name__ == "__main__":
+    run_script(main)
