@@ -44,7 +44,7 @@ from eval.endgame import EndgamePosition
 from eval.splits import SPLITS, held_out_test, held_out_validation, trainable
 from llm.loading import load_model
 from solver.setup import Setup, load_setup
-from studies.closing_logprob import paired_interval
+from studies.closing_logprob import NAMING, paired_interval
 from studies.naming_tilt import DEFAULT_BETA, fit_shares, naming_context, one_candidate_positions, word_tokens
 
 
@@ -65,27 +65,48 @@ def readout_logits(states: mx.array, embeddings: mx.array, down: mx.array, up: m
     return (states + (states @ down.T) @ up.T) @ embeddings.T
 
 
-class ReadoutNorm(nn.Module):
-    """The model's final norm followed by the fitted readout, h -> h + up @ down @ h: the word
-    logits `readout_logits` scores, given at every position of a sampled answer (not only at the
-    naming token), so a sampled check shows what the correction does to the rest of the answer."""
+class ReadoutModel(nn.Module):
+    """The model's body followed by the fitted readout, h -> h + up @ down @ h: the word logits
+    `readout_logits` scores. Ungated it acts at every position of a sampled answer; with
+    `gate_token` only at positions whose input is that token (` Only`, after which the word is
+    named), leaving the rest of the answer the start's."""
 
-    def __init__(self, norm: nn.Module, down: mx.array, up: mx.array):
+    def __init__(self, body: nn.Module, down: mx.array, up: mx.array, gate_token: int | None = None):
         super().__init__()
-        self.norm, self.down, self.up = norm, down, up
+        self.body, self.down, self.up, self.gate_token = body, down, up, gate_token
 
-    def __call__(self, x: mx.array) -> mx.array:
-        hidden = self.norm(x)
-        return hidden + (hidden @ self.down.T.astype(hidden.dtype)) @ self.up.T.astype(hidden.dtype)
+    @property
+    def layers(self) -> list[nn.Module]:
+        return self.body.layers
+
+    @property
+    def embed_tokens(self) -> nn.Module:
+        return self.body.embed_tokens
+
+    def __call__(self, inputs: mx.array, cache=None, input_embeddings: mx.array | None = None) -> mx.array:
+        hidden = self.body(inputs, cache, input_embeddings)
+        correction = (hidden @ self.down.T.astype(hidden.dtype)) @ self.up.T.astype(hidden.dtype)
+        if self.gate_token is not None:
+            correction = correction * (inputs == self.gate_token)[..., None].astype(hidden.dtype)
+        return hidden + correction
 
 
-def attach_readout(model: nn.Module, path: str) -> None:
-    """Put the readout saved at `path` after the model's final norm."""
+def attach_readout(model: nn.Module, path: str, gate_token: int | None = None) -> None:
+    """Put the readout saved at `path` on the model's body, gated to `gate_token` when given."""
     saved = np.load(path)
-    model.model.norm = ReadoutNorm(model.model.norm, mx.array(saved["down"]), mx.array(saved["up"]))
+    model.model = ReadoutModel(model.model, mx.array(saved["down"]), mx.array(saved["up"]), gate_token)
 
 
-def sample_endgame(model: str, adapter: str, readout: str, positions: int, seed: int, json_path: str) -> None:
+def naming_token(tokenizer) -> int:
+    """The token ` Only` encodes to, as the naming context ends: the gate of a gated readout."""
+    encoded = tokenizer.encode(NAMING.rstrip(), add_special_tokens=False)
+    if len(encoded) != 1:
+        raise click.UsageError(f"{NAMING.strip()!r} is {len(encoded)} tokens for this tokenizer; the gate needs one")
+    return encoded[0]
+
+
+def sample_endgame(model: str, adapter: str, readout: str, gated: bool, positions: int, seed: int,
+                   json_path: str) -> None:
     """`eval --endgame --split test` (the same teacher positions for the same count and seed,
     sampled as eval samples) with the readout attached, written as eval writes it, so that
     `eval --compare` pairs it with the start's run."""
@@ -96,15 +117,36 @@ def sample_endgame(model: str, adapter: str, readout: str, positions: int, seed:
     chosen = teacher_positions(setup, setup.solver().for_histories(), SPLITS["test"](setup.lists.answers),
                                positions, seed)
     loaded, tokenizer = load_model(model, adapter)
-    attach_readout(loaded, readout)
+    attach_readout(loaded, readout, naming_token(tokenizer) if gated else None)
     sampling = SamplingSettings()
     started = time.perf_counter()
     records = answer_positions(loaded, tokenizer, chosen, sampling, seed, show_progress=True)
-    atomic_write_json(json_path, {"kind": KIND, "policy": f"{model}+{adapter}+readout {readout}", "secrets": "answers",
+    name = f"{model}+{adapter}+readout {readout}" + (" (gated)" if gated else "")
+    atomic_write_json(json_path, {"kind": KIND, "policy": name, "secrets": "answers",
                                   "split": "test", "source": "teacher", "seed": seed, "max_candidates": 6,
                                   "temperature": sampling.temperature, "top_p": sampling.top_p,
                                   "max_tokens": sampling.max_tokens, "dtype": "auto", **summarise_endgame(records),
                                   "seconds": round(time.perf_counter() - started, 3), "per_position": records})
+
+
+def sample_games(model: str, adapter: str, readout: str, gated: bool, games: int, seed: int, json_path: str) -> None:
+    """`eval --split test --games N` (the same secrets for the same count and seed, played as eval
+    plays them) with the readout attached, written as eval writes it."""
+    from eval.run import choose_secrets, play_and_summarise
+    from llm.generation import SamplingSettings
+    from llm.player import ModelPlayer
+
+    setup = load_setup("answers")
+    loaded, tokenizer = load_model(model, adapter)
+    attach_readout(loaded, readout, naming_token(tokenizer) if gated else None)
+    sampling = SamplingSettings()
+    name = f"{model}+{adapter}+readout {readout}" + (" (gated)" if gated else "")
+    player = ModelPlayer(loaded, tokenizer, name, sampling, seed)
+    secrets = choose_secrets(setup.lists.answers, "test", games, seed)
+    result = play_and_summarise(player, setup, secrets, measure_moves=True, show_progress=True, setup_seconds=0.0)
+    atomic_write_json(json_path, {"policy": name, "secrets": "answers", "split": "test", "seed": seed, "hard": False,
+                                  "guess_constrained": False, "temperature": sampling.temperature,
+                                  "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, **result})
 
 
 def secret_probabilities(logits: np.ndarray, secrets: np.ndarray) -> np.ndarray:
@@ -176,13 +218,21 @@ def load_states(path: str, splits: dict[str, list[EndgamePosition]]) -> dict:
 @click.option("--sample-endgame", "sample_positions", type=click.IntRange(1), default=None,
               help="Instead of fitting: sample one answer at this many test endgame positions (as eval --endgame) "
                    "with --readout attached, and write them to --json.")
+@click.option("--sample-games", "sample_game_count", type=click.IntRange(1), default=None,
+              help="Instead of fitting: play this many test games (as eval --split test --games N) with --readout "
+                   "attached, and write them to --json.")
+@click.option("--gate-on-naming", "gated", is_flag=True,
+              help="With --sample-*: the readout acts only where the input is ` Only` (ungated it acts at every token).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), required=True)
 def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, weight_decay, beta, seed,
-         states_path, readout_path, sample_positions, json_path) -> None:
-    if sample_positions:
+         states_path, readout_path, sample_positions, sample_game_count, gated, json_path) -> None:
+    if sample_positions or sample_game_count:
         if not readout_path or not Path(readout_path).exists():
-            raise click.UsageError("--sample-endgame needs an existing --readout file")
-        sample_endgame(model, adapter, readout_path, sample_positions, seed, json_path)
+            raise click.UsageError("--sample-endgame and --sample-games need an existing --readout file")
+        if sample_positions:
+            sample_endgame(model, adapter, readout_path, gated, sample_positions, seed, json_path)
+        else:
+            sample_games(model, adapter, readout_path, gated, sample_game_count, seed, json_path)
         return
     loaded, tokenizer = load_model(model, adapter)
     loaded.eval()

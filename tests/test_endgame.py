@@ -520,6 +520,12 @@ def test_naming_probe_readout_attached_to_the_model_gives_the_fitted_logits(tiny
     assert np.allclose(np.array(model(ids)[0]), expected, atol=1e-4)
     assert not np.allclose(expected, base, atol=1e-3)
 
+    model, _ = load_model(str(tiny_model_dir))
+    attach_readout(model, str(tmp_path / "readout.npz"), gate_token=7)  # as if token 7 were ` Only`
+    gated = np.array(model(ids)[0])
+    assert np.allclose(gated[1], expected[1], atol=1e-4)
+    assert np.allclose(gated[[0, 2, 3]], base[[0, 2, 3]], atol=1e-5)
+
 
 def test_spelling_probe_reads_letters_that_the_features_carry():
     """studies/spelling_probe.py: letters coded into the features are read back on unseen words;
