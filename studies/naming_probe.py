@@ -91,10 +91,42 @@ class ReadoutModel(nn.Module):
         return hidden + correction
 
 
+class WordReadout(nn.Module):
+    """The readout as it was fitted: it moves only the single-token words' logits (the fit's
+    softmax ran over those words alone, so it says nothing of the other tokens, and fragments
+    such as `osed` rose when it moved them: the gated run of results/naming-probe/), at the
+    positions whose input is `gate_token`. Every other logit is the start's."""
+
+    def __init__(self, model: nn.Module, down: mx.array, up: mx.array, gate_token: int, word_ids: mx.array):
+        super().__init__()
+        self.inner, self.down, self.up, self.gate_token, self.word_ids = model, down, up, gate_token, word_ids
+
+    @property
+    def layers(self) -> list[nn.Module]:
+        return self.inner.layers
+
+    def __call__(self, inputs: mx.array, cache=None, input_embeddings: mx.array | None = None) -> mx.array:
+        hidden = self.inner.model(inputs, cache, input_embeddings)
+        embed = self.inner.model.embed_tokens
+        logits = embed.as_linear(hidden)
+        correction = (hidden @ self.down.T.astype(hidden.dtype)) @ self.up.T.astype(hidden.dtype)
+        word_shift = correction @ embed.weight[self.word_ids].T
+        word_shift = word_shift * (inputs == self.gate_token)[..., None].astype(word_shift.dtype)
+        return logits.at[..., self.word_ids].add(word_shift)
+
+
 def attach_readout(model: nn.Module, path: str, gate_token: int | None = None) -> None:
     """Put the readout saved at `path` on the model's body, gated to `gate_token` when given."""
     saved = np.load(path)
     model.model = ReadoutModel(model.model, mx.array(saved["down"]), mx.array(saved["up"]), gate_token)
+
+
+def word_readout(model: nn.Module, tokenizer, path: str) -> WordReadout:
+    """The model with the readout at `path` on its single-token words' logits at the naming token."""
+    saved = np.load(path)
+    token_ids, _ = word_tokens(tokenizer, list(load_setup("answers").lists.allowed))
+    return WordReadout(model, mx.array(saved["down"]), mx.array(saved["up"]), naming_token(tokenizer),
+                       mx.array(token_ids))
 
 
 def naming_token(tokenizer) -> int:
@@ -105,7 +137,19 @@ def naming_token(tokenizer) -> int:
     return encoded[0]
 
 
-def sample_endgame(model: str, adapter: str, readout: str, gated: bool, positions: int, seed: int,
+READOUT_MODES = ("every-token", "naming-token", "naming-words")
+
+
+def readout_model(model: nn.Module, tokenizer, path: str, mode: str) -> nn.Module:
+    """The model with the readout on: at every token's state, at the naming token's state, or on
+    the single-token words' logits at the naming token only."""
+    if mode == "naming-words":
+        return word_readout(model, tokenizer, path)
+    attach_readout(model, path, naming_token(tokenizer) if mode == "naming-token" else None)
+    return model
+
+
+def sample_endgame(model: str, adapter: str, readout: str, mode: str, positions: int, seed: int,
                    json_path: str) -> None:
     """`eval --endgame --split test` (the same teacher positions for the same count and seed,
     sampled as eval samples) with the readout attached, written as eval writes it, so that
@@ -117,11 +161,11 @@ def sample_endgame(model: str, adapter: str, readout: str, gated: bool, position
     chosen = teacher_positions(setup, setup.solver().for_histories(), SPLITS["test"](setup.lists.answers),
                                positions, seed)
     loaded, tokenizer = load_model(model, adapter)
-    attach_readout(loaded, readout, naming_token(tokenizer) if gated else None)
+    loaded = readout_model(loaded, tokenizer, readout, mode)
     sampling = SamplingSettings()
     started = time.perf_counter()
     records = answer_positions(loaded, tokenizer, chosen, sampling, seed, show_progress=True)
-    name = f"{model}+{adapter}+readout {readout}" + (" (gated)" if gated else "")
+    name = f"{model}+{adapter}+readout {readout} ({mode})"
     atomic_write_json(json_path, {"kind": KIND, "policy": name, "secrets": "answers",
                                   "split": "test", "source": "teacher", "seed": seed, "max_candidates": 6,
                                   "temperature": sampling.temperature, "top_p": sampling.top_p,
@@ -129,7 +173,7 @@ def sample_endgame(model: str, adapter: str, readout: str, gated: bool, position
                                   "seconds": round(time.perf_counter() - started, 3), "per_position": records})
 
 
-def sample_games(model: str, adapter: str, readout: str, gated: bool, games: int, seed: int, json_path: str) -> None:
+def sample_games(model: str, adapter: str, readout: str, mode: str, games: int, seed: int, json_path: str) -> None:
     """`eval --split test --games N` (the same secrets for the same count and seed, played as eval
     plays them) with the readout attached, written as eval writes it."""
     from eval.run import choose_secrets, play_and_summarise
@@ -138,9 +182,9 @@ def sample_games(model: str, adapter: str, readout: str, gated: bool, games: int
 
     setup = load_setup("answers")
     loaded, tokenizer = load_model(model, adapter)
-    attach_readout(loaded, readout, naming_token(tokenizer) if gated else None)
+    loaded = readout_model(loaded, tokenizer, readout, mode)
     sampling = SamplingSettings()
-    name = f"{model}+{adapter}+readout {readout}" + (" (gated)" if gated else "")
+    name = f"{model}+{adapter}+readout {readout} ({mode})"
     player = ModelPlayer(loaded, tokenizer, name, sampling, seed)
     secrets = choose_secrets(setup.lists.answers, "test", games, seed)
     result = play_and_summarise(player, setup, secrets, measure_moves=True, show_progress=True, setup_seconds=0.0)
@@ -221,18 +265,19 @@ def load_states(path: str, splits: dict[str, list[EndgamePosition]]) -> dict:
 @click.option("--sample-games", "sample_game_count", type=click.IntRange(1), default=None,
               help="Instead of fitting: play this many test games (as eval --split test --games N) with --readout "
                    "attached, and write them to --json.")
-@click.option("--gate-on-naming", "gated", is_flag=True,
-              help="With --sample-*: the readout acts only where the input is ` Only` (ungated it acts at every token).")
+@click.option("--attach", "mode", type=click.Choice(READOUT_MODES), default="every-token",
+              help="With --sample-*: where the readout acts: on every token's state, on the naming token's state "
+                   "(where the input is ` Only`), or there on the single-token words' logits alone.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), required=True)
 def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, weight_decay, beta, seed,
-         states_path, readout_path, sample_positions, sample_game_count, gated, json_path) -> None:
+         states_path, readout_path, sample_positions, sample_game_count, mode, json_path) -> None:
     if sample_positions or sample_game_count:
         if not readout_path or not Path(readout_path).exists():
             raise click.UsageError("--sample-endgame and --sample-games need an existing --readout file")
         if sample_positions:
-            sample_endgame(model, adapter, readout_path, gated, sample_positions, seed, json_path)
+            sample_endgame(model, adapter, readout_path, mode, sample_positions, seed, json_path)
         else:
-            sample_games(model, adapter, readout_path, gated, sample_game_count, seed, json_path)
+            sample_games(model, adapter, readout_path, mode, sample_game_count, seed, json_path)
         return
     loaded, tokenizer = load_model(model, adapter)
     loaded.eval()

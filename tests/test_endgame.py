@@ -500,7 +500,7 @@ def test_naming_probe_readout_starts_at_the_models_logits_and_keeps_its_states_b
 def test_naming_probe_readout_attached_to_the_model_gives_the_fitted_logits(tiny_model_dir, tmp_path):  # noqa: F811
     """studies/naming_probe.py --sample-endgame: the readout after the final norm gives, at every
     position, exactly the logits the fit scored (E (h + up down h)); a zero readout is the model."""
-    from studies.naming_probe import attach_readout, readout_logits
+    from studies.naming_probe import WordReadout, attach_readout, readout_logits
 
     model, _ = load_model(str(tiny_model_dir))
     ids = mx.array([[3, 7, 11, 5]])
@@ -525,6 +525,16 @@ def test_naming_probe_readout_attached_to_the_model_gives_the_fitted_logits(tiny
     gated = np.array(model(ids)[0])
     assert np.allclose(gated[1], expected[1], atol=1e-4)
     assert np.allclose(gated[[0, 2, 3]], base[[0, 2, 3]], atol=1e-5)
+
+    # --attach naming-words: only the words' logits move, only at the gate, by what the fit scored
+    model, _ = load_model(str(tiny_model_dir))
+    word_ids = np.array([2, 5, 9, 13])
+    words_only = np.array(WordReadout(model, mx.array(down), mx.array(up), 7, mx.array(word_ids))(ids)[0])
+    fitted = np.array(readout_logits(states, embeddings[mx.array(word_ids)], mx.array(down), mx.array(up)))
+    assert np.allclose(words_only[1, word_ids], fitted[1], atol=1e-4)
+    others = np.setdiff1d(np.arange(base.shape[1]), word_ids)
+    assert np.allclose(words_only[1, others], base[1, others], atol=1e-5)
+    assert np.allclose(words_only[[0, 2, 3]], base[[0, 2, 3]], atol=1e-5)
 
 
 def test_spelling_probe_reads_letters_that_the_features_carry():
