@@ -215,11 +215,10 @@ def summary(before: np.ndarray, after: np.ndarray, before_logits: np.ndarray, af
 
 def collect(model, tokenizer, setup: Setup, positions: list[EndgamePosition], words: list[str],
             rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """States, fits of every word, and the secret's word index, for positions whose secret is a word."""
+    """States, fits of every word, and the secret's word index (every secret is one of `words`)."""
     index = {w: i for i, w in enumerate(words)}
-    kept = [p for p in positions if p.secret in index]
-    fits = np.stack([fit_shares(setup, p, rows) for p in kept])
-    return naming_states(model, tokenizer, kept), fits, np.array([index[p.secret] for p in kept])
+    fits = np.stack([fit_shares(setup, p, rows) for p in positions])
+    return naming_states(model, tokenizer, positions), fits, np.array([index[p.secret] for p in positions])
 
 
 def save_states(path: str, splits: dict[str, list[EndgamePosition]], data: dict) -> None:
@@ -350,7 +349,7 @@ def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, 
             "mean_p_tilted": round(float(secret_probabilities(tilted, secrets).mean()), 5),
             "per_position": [{"key": p.key, "secret": p.secret, "p_before": round(float(a), 6),
                               "p_after": round(float(b), 6)}
-                             for p, a, b in zip([p for p in splits[name] if p.secret in set(words)], p_before, p_after)]}
+                             for p, a, b in zip(splits[name], p_before, p_after)]}
         print(name, json.dumps({k: v for k, v in result["splits"][name].items() if k != "per_position"}), flush=True)
     atomic_write_json(json_path, result)
     if readout_path:
