@@ -49,15 +49,18 @@ from studies.naming_tilt import DEFAULT_BETA, fit_shares, naming_context, one_ca
 
 
 def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition], batch: int = 8) -> np.ndarray:
-    """The final (normed) hidden state at the naming token of each position, (positions, hidden)."""
-    states = []
-    for start in range(0, len(positions), batch):
-        contexts = [naming_context(tokenizer, p) for p in positions[start:start + batch]]
-        width = max(len(c) for c in contexts)
-        hidden = model.model(mx.array([c + [0] * (width - len(c)) for c in contexts]))
-        last = mx.array([len(c) - 1 for c in contexts])
-        states.append(np.array(hidden[mx.arange(len(contexts)), last].astype(mx.float32)))
-    return np.concatenate(states)
+    """The final (normed) hidden state at the naming token of each position, (positions, hidden).
+    Batched by length, so that little of a batch is padding (contexts run 300-380 tokens)."""
+    contexts = [naming_context(tokenizer, p) for p in positions]
+    order = sorted(range(len(contexts)), key=lambda i: len(contexts[i]))
+    states = np.zeros((len(contexts), model.args.hidden_size), dtype=np.float32)
+    for start in range(0, len(order), batch):
+        chosen = order[start:start + batch]
+        width = max(len(contexts[i]) for i in chosen)
+        hidden = model.model(mx.array([contexts[i] + [0] * (width - len(contexts[i])) for i in chosen]))
+        last = mx.array([len(contexts[i]) - 1 for i in chosen])
+        states[chosen] = np.array(hidden[mx.arange(len(chosen)), last].astype(mx.float32))
+    return states
 
 
 def readout_logits(states: mx.array, embeddings: mx.array, down: mx.array, up: mx.array) -> mx.array:
@@ -213,32 +216,55 @@ def summary(before: np.ndarray, after: np.ndarray, before_logits: np.ndarray, af
             "median_rank_after": float(np.median((after_logits > after_logits[rows, secrets][:, None]).sum(1) + 1))}
 
 
+PARTS = ("states", "fits", "secrets", "keys")
+
+
 def collect(model, tokenizer, setup: Setup, positions: list[EndgamePosition], words: list[str],
-            rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """States, fits of every word, and the secret's word index (every secret is one of `words`)."""
+            rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """States, fits of every word, the secret's word index (every secret is one of `words`) and
+    the positions' keys: the `PARTS` of a split."""
     index = {w: i for i, w in enumerate(words)}
     fits = np.stack([fit_shares(setup, p, rows) for p in positions])
-    return naming_states(model, tokenizer, positions), fits, np.array([index[p.secret] for p in positions])
+    return (naming_states(model, tokenizer, positions), fits, np.array([index[p.secret] for p in positions]),
+            np.array([p.key for p in positions]))
 
 
-def save_states(path: str, splits: dict[str, list[EndgamePosition]], data: dict) -> None:
-    """The states, fits and secrets of each split, keyed by the positions they came from."""
-    arrays = {}
-    for name, (states, fits, secrets) in data.items():
-        arrays |= {f"{name}_states": states, f"{name}_fits": fits, f"{name}_secrets": secrets,
-                   f"{name}_keys": np.array([p.key for p in splits[name]])}
+def save_states(path: str, data: dict) -> None:
+    """Each split's `PARTS`, in one file."""
+    arrays = {f"{name}_{part}": array for name, parts in data.items() for part, array in zip(PARTS, parts)}
     partial = Path(path).with_suffix(".partial.npz")
     np.savez(partial, **arrays)
     partial.replace(path)
 
 
 def load_states(path: str, splits: dict[str, list[EndgamePosition]]) -> dict:
-    """`save_states`' arrays, refused unless they were taken at these positions."""
+    """`save_states`' splits, refused unless the saved positions and the wanted ones agree as far
+    as both go. Positions are drawn in a seeded order that does not depend on their count, so a
+    file written for 960 training positions holds the first 960 of 1,920 (or all of 480)."""
     saved = np.load(path)
+    data = {}
     for name, positions in splits.items():
-        if list(saved[f"{name}_keys"]) != [p.key for p in positions]:
+        keys, wanted = list(saved[f"{name}_keys"]), [p.key for p in positions]
+        shared = min(len(keys), len(wanted))
+        if keys[:shared] != wanted[:shared]:
             raise click.UsageError(f"{path} holds other {name} positions: use the options it was written with")
-    return {name: (saved[f"{name}_states"], saved[f"{name}_fits"], saved[f"{name}_secrets"]) for name in splits}
+        data[name] = tuple(saved[f"{name}_{part}"] for part in PARTS)
+    return data
+
+
+def complete_states(data: dict, splits: dict[str, list[EndgamePosition]], gather) -> bool:
+    """Adds to `data` each split's positions past those it holds, gathered by `gather(positions)`
+    (their `PARTS`); says whether any were added."""
+    added = False
+    for name, positions in splits.items():
+        have = len(data[name][3]) if name in data else 0
+        if have < len(positions):
+            t0 = time.time()
+            new = gather(positions[have:])
+            data[name] = new if name not in data else tuple(np.concatenate(pair) for pair in zip(data[name], new))
+            print(f"{name}: {len(positions) - have} states in {time.time() - t0:.0f} s", flush=True)
+            added = True
+    return added
 
 
 @click.command()
@@ -254,8 +280,8 @@ def load_states(path: str, splits: dict[str, list[EndgamePosition]]) -> dict:
 @click.option("--beta", default=DEFAULT_BETA, type=click.FloatRange(0, 10, min_open=True))
 @click.option("--seed", default=0, type=int)
 @click.option("--states", "states_path", type=click.Path(dir_okay=False), default=None,
-              help="An .npz of the hidden states: read when it exists (the same positions), else written, so "
-                   "readouts can be refitted without the model's passes.")
+              help="An .npz of the hidden states: the positions it holds are read, those it lacks (more "
+                   "--train-positions) gathered and added, so readouts can be refitted without the model's passes.")
 @click.option("--readout", "readout_path", type=click.Path(dir_okay=False), default=None,
               help="Where to save the best readout (.npz); with --sample-endgame, the readout to attach.")
 @click.option("--sample-endgame", "sample_positions", type=click.IntRange(1), default=None,
@@ -297,19 +323,17 @@ def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, 
     }
     print(f"positions in {time.time() - started:.0f} s: " + ", ".join(f"{k} {len(v)}" for k, v in splits.items()),
           flush=True)
-    data = load_states(states_path, splits) if states_path and Path(states_path).exists() else {}
-    for name, positions in splits.items():
-        if name not in data:
-            t0 = time.time()
-            data[name] = collect(loaded, tokenizer, answers_setup, positions, words, rows)
-            print(f"{name}: {len(data[name][2])} states in {time.time() - t0:.0f} s", flush=True)
-    if states_path and not Path(states_path).exists():
-        save_states(states_path, splits, data)
+    stored = load_states(states_path, splits) if states_path and Path(states_path).exists() else {}
+    added = complete_states(stored, splits, lambda positions: collect(loaded, tokenizer, answers_setup, positions,
+                                                                       words, rows))
+    if states_path and added:
+        save_states(states_path, stored)
+    data = {name: tuple(part[:len(positions)] for part in stored[name]) for name, positions in splits.items()}
     embeddings = loaded.model.embed_tokens.weight[mx.array(token_ids)].astype(mx.float32)
     hidden = embeddings.shape[1]
     mx.random.seed(seed)
     params = {"down": mx.random.normal((rank, hidden)) * (1 / hidden ** 0.5), "up": mx.zeros((hidden, rank))}
-    states, fits, _ = data["train"]
+    states, fits = data["train"][:2]
     h, f = mx.array(states), mx.array(fits, dtype=mx.float32)
     target = mx.softmax(h @ embeddings.T + f / beta, axis=-1)
 

@@ -468,11 +468,11 @@ def test_centred_naming_tilt_moves_no_word_on_average_over_the_batch():
 
 def test_naming_probe_readout_starts_at_the_models_logits_and_keeps_its_states_by_position(setup, tmp_path):
     """studies/naming_probe.py: with the correction at zero the readout gives E h (the model's own
-    word logits), secret probabilities are read per position, and saved states are refused for
-    other positions."""
+    word logits), secret probabilities are read per position, saved states are refused for
+    other positions, and a longer draw adds only the positions the file lacks."""
     import click
 
-    from studies.naming_probe import load_states, readout_logits, save_states, secret_probabilities
+    from studies.naming_probe import complete_states, load_states, readout_logits, save_states, secret_probabilities
 
     rng = np.random.default_rng(0)
     states = mx.array(rng.normal(size=(3, 8)).astype(np.float32))
@@ -487,14 +487,28 @@ def test_naming_probe_readout_starts_at_the_models_logits_and_keeps_its_states_b
     softmax = np.exp(base) / np.exp(base).sum(axis=1, keepdims=True)
     assert np.allclose(probs, softmax[[0, 1, 2], [0, 4, 2]], atol=1e-6)
 
-    positions = {"train": [position_at(setup, "bunny", ["salet", "crony", "fudge"])]}
-    data = {"train": (np.ones((1, 8), np.float32), np.ones((1, 5)), np.array([3]))}
+    bunny, funny = position_at(setup, "bunny", ["salet", "crony", "fudge"]), position_at(setup, "funny", ["salet"])
+    one = (np.ones((1, 8), np.float32), np.ones((1, 5)), np.array([3]), np.array([bunny.key]))
     path = str(tmp_path / "states.npz")
-    save_states(path, positions, data)
-    loaded = load_states(path, positions)
-    assert np.array_equal(loaded["train"][0], data["train"][0]) and loaded["train"][2].tolist() == [3]
+    save_states(path, {"train": one})
+    loaded = load_states(path, {"train": [bunny]})
+    assert np.array_equal(loaded["train"][0], one[0]) and loaded["train"][2].tolist() == [3]
     with pytest.raises(click.UsageError):
-        load_states(path, {"train": [position_at(setup, "funny", ["salet", "crony"])]})
+        load_states(path, {"train": [funny]})
+
+    # a longer draw of the same order keeps the saved positions and gathers only the rest
+    gathered = []
+
+    def gather(positions):
+        gathered.extend(p.key for p in positions)
+        return (np.full((len(positions), 8), 2, np.float32), np.zeros((len(positions), 5)),
+                np.array([1] * len(positions)), np.array([p.key for p in positions]))
+
+    assert complete_states(loaded, {"train": [bunny, funny]}, gather)
+    assert gathered == [funny.key] and loaded["train"][2].tolist() == [3, 1]
+    assert not complete_states(loaded, {"train": [bunny]}, gather) and gathered == [funny.key]
+    save_states(path, loaded)
+    assert list(load_states(path, {"train": [bunny]})["train"][3]) == [bunny.key, funny.key]
 
 
 def test_naming_probe_readout_attached_to_the_model_gives_the_fitted_logits(tiny_model_dir, tmp_path):  # noqa: F811
@@ -535,6 +549,18 @@ def test_naming_probe_readout_attached_to_the_model_gives_the_fitted_logits(tiny
     others = np.setdiff1d(np.arange(base.shape[1]), word_ids)
     assert np.allclose(words_only[1, others], base[1, others], atol=1e-5)
     assert np.allclose(words_only[[0, 2, 3]], base[[0, 2, 3]], atol=1e-5)
+
+
+def test_naming_probe_states_are_each_contexts_last_state_whatever_the_batch(setup, tiny_model_dir):  # noqa: F811
+    """studies/naming_probe.py: batching by length pads and reorders, yet each position's state
+    is its own context's final state at the naming token, in the positions' order."""
+    from studies.naming_probe import naming_states
+    from studies.naming_tilt import naming_context, one_candidate_positions
+
+    model, tokenizer = load_model(str(tiny_model_dir))
+    positions = one_candidate_positions(setup, ["bunny", "crony", "fudge", "pansy"], 3, seed=0)
+    alone = np.stack([np.array(model.model(mx.array([naming_context(tokenizer, p)]))[0, -1]) for p in positions])
+    assert np.allclose(naming_states(model, tokenizer, positions, batch=2), alone, atol=1e-4)
 
 
 def test_spelling_probe_reads_letters_that_the_features_carry():
