@@ -15,6 +15,10 @@ secret's probability among the single-token words at one-candidate positions of 
 answer words (a sampled closing rate is a mean of such probabilities), before and after,
 paired, with the same at the training positions beside it (memory against skill).
 
+With `--spelling` the readout also scores letters from the state (which letter at which place,
+which letters in the word) and adds to each word the scores of its own spelling: it asks whether
+the state reads the clues even where the word embeddings cannot spell the words they fit.
+
     python -m studies.naming_probe --adapter runs/gpu-sft-2400 --states runs/naming-probe/states.npz \
         --readout runs/naming-probe/readout.npz --json results/naming-probe/probe.json
     python -m studies.naming_probe --adapter runs/gpu-sft-2400 --readout runs/naming-probe/readout.npz \
@@ -63,9 +67,29 @@ def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition],
     return states
 
 
-def readout_logits(states: mx.array, embeddings: mx.array, down: mx.array, up: mx.array) -> mx.array:
-    """Word logits after the readout: E (h + up @ down @ h), a rank-r correction of the state."""
-    return (states + (states @ down.T) @ up.T) @ embeddings.T
+def spelling_features(words: list[str]) -> np.ndarray:
+    """(words, 156): each place's letter one-hot (5 x 26), then which letters the word holds (26).
+    A clue is a statement about these (a green about a place, a yellow or grey about the bag), so
+    a word's fit to clues is close to a linear score of them, which its token embedding cannot
+    give (it carries little beyond the first letter: results/naming-probe/spelling.json)."""
+    letters = np.array([[ord(c) - ord("a") for c in w] for w in words], dtype=np.int64)
+    features = np.zeros((len(words), 6 * 26), dtype=np.float32)
+    rows = np.arange(len(words))
+    for place in range(5):
+        features[rows, place * 26 + letters[:, place]] = 1.0
+        features[rows, 5 * 26 + letters[:, place]] = 1.0
+    return features
+
+
+def readout_logits(states: mx.array, embeddings: mx.array, down: mx.array, up: mx.array,
+                   letters: mx.array | None = None, spelling: mx.array | None = None) -> mx.array:
+    """Word logits after the readout: E (h + up @ down @ h), a rank-r correction of the state,
+    plus, with `letters` (features x hidden), S (letters @ h): the state's letter scores summed
+    over each word's spelling S (`spelling_features`)."""
+    logits = (states + (states @ down.T) @ up.T) @ embeddings.T
+    if letters is not None:
+        logits = logits + (states @ letters.T) @ spelling.T
+    return logits
 
 
 class ReadoutModel(nn.Module):
@@ -100,9 +124,11 @@ class WordReadout(nn.Module):
     such as `osed` rose when it moved them: the gated run of results/naming-probe/), at the
     positions whose input is `gate_token`. Every other logit is the start's."""
 
-    def __init__(self, model: nn.Module, down: mx.array, up: mx.array, gate_token: int, word_ids: mx.array):
+    def __init__(self, model: nn.Module, down: mx.array, up: mx.array, gate_token: int, word_ids: mx.array,
+                 letters: mx.array | None = None, spelling: mx.array | None = None):
         super().__init__()
         self.inner, self.down, self.up, self.gate_token, self.word_ids = model, down, up, gate_token, word_ids
+        self.letters, self.spelling = letters, spelling
 
     @property
     def layers(self) -> list[nn.Module]:
@@ -114,6 +140,8 @@ class WordReadout(nn.Module):
         logits = embed.as_linear(hidden)
         correction = (hidden @ self.down.T.astype(hidden.dtype)) @ self.up.T.astype(hidden.dtype)
         word_shift = correction @ embed.weight[self.word_ids].T
+        if self.letters is not None:
+            word_shift = word_shift + (hidden @ self.letters.T.astype(hidden.dtype)) @ self.spelling.T
         word_shift = word_shift * (inputs == self.gate_token)[..., None].astype(word_shift.dtype)
         return logits.at[..., self.word_ids].add(word_shift)
 
@@ -121,15 +149,19 @@ class WordReadout(nn.Module):
 def attach_readout(model: nn.Module, path: str, gate_token: int | None = None) -> None:
     """Put the readout saved at `path` on the model's body, gated to `gate_token` when given."""
     saved = np.load(path)
+    if "letters" in saved:
+        raise click.UsageError(f"{path} scores words by their spelling, which acts on the words' logits: "
+                               "use --attach naming-words")
     model.model = ReadoutModel(model.model, mx.array(saved["down"]), mx.array(saved["up"]), gate_token)
 
 
 def word_readout(model: nn.Module, tokenizer, path: str) -> WordReadout:
     """The model with the readout at `path` on its single-token words' logits at the naming token."""
     saved = np.load(path)
-    token_ids, _ = word_tokens(tokenizer, list(load_setup("answers").lists.allowed))
+    token_ids, words = word_tokens(tokenizer, list(load_setup("answers").lists.allowed))
+    letters = mx.array(saved["letters"]) if "letters" in saved else None
     return WordReadout(model, mx.array(saved["down"]), mx.array(saved["up"]), naming_token(tokenizer),
-                       mx.array(token_ids))
+                       mx.array(token_ids), letters, mx.array(spelling_features(words)) if "letters" in saved else None)
 
 
 def naming_token(tokenizer) -> int:
@@ -293,9 +325,11 @@ def complete_states(data: dict, splits: dict[str, list[EndgamePosition]], gather
 @click.option("--attach", "mode", type=click.Choice(READOUT_MODES), default="every-token",
               help="With --sample-*: where the readout acts: on every token's state, on the naming token's state "
                    "(where the input is ` Only`), or there on the single-token words' logits alone.")
+@click.option("--spelling/--no-spelling", default=False,
+              help="Fit also letter scores of the state, summed over each word's spelling (spelling_features).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), required=True)
 def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, weight_decay, beta, seed,
-         states_path, readout_path, sample_positions, sample_game_count, mode, json_path) -> None:
+         states_path, readout_path, sample_positions, sample_game_count, mode, spelling, json_path) -> None:
     if sample_positions or sample_game_count:
         if not readout_path or not Path(readout_path).exists():
             raise click.UsageError("--sample-endgame and --sample-games need an existing --readout file")
@@ -333,18 +367,22 @@ def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, 
     hidden = embeddings.shape[1]
     mx.random.seed(seed)
     params = {"down": mx.random.normal((rank, hidden)) * (1 / hidden ** 0.5), "up": mx.zeros((hidden, rank))}
+    spelled = mx.array(spelling_features(words)) if spelling else None
+    if spelling:
+        params["letters"] = mx.zeros((spelled.shape[1], hidden))
     states, fits = data["train"][:2]
     h, f = mx.array(states), mx.array(fits, dtype=mx.float32)
     target = mx.softmax(h @ embeddings.T + f / beta, axis=-1)
 
     def loss_fn(p):
-        log_p = nn.log_softmax(readout_logits(h, embeddings, p["down"], p["up"]), axis=-1)
+        log_p = nn.log_softmax(readout_logits(h, embeddings, p["down"], p["up"], p.get("letters"), spelled), axis=-1)
         return -(target * log_p).sum(axis=-1).mean()
 
     def logits_of(name: str, p) -> np.ndarray:
-        return np.array(readout_logits(mx.array(data[name][0]), embeddings, p["down"], p["up"]))
+        return np.array(readout_logits(mx.array(data[name][0]), embeddings, p["down"], p["up"], p.get("letters"),
+                                       spelled))
 
-    zero = {"down": params["down"], "up": mx.zeros_like(params["up"])}
+    zero = {name: mx.zeros_like(value) if name != "down" else value for name, value in params.items()}
     before = {name: logits_of(name, zero) for name in data}
     optimizer = optim.AdamW(learning_rate=lr, weight_decay=weight_decay)
     loss_and_grad = mx.value_and_grad(loss_fn)
@@ -362,7 +400,7 @@ def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, 
             if val_p > best[0]:
                 best = (float(val_p), epoch, {k: mx.array(v) for k, v in params.items()})
     result = {"adapter": adapter, "seed": seed, "beta": beta, "rank": rank, "lr": lr, "weight_decay": weight_decay,
-              "words": len(words), "best_epoch": best[1], "curve": curve, "splits": {}}
+              "spelling": spelling, "words": len(words), "best_epoch": best[1], "curve": curve, "splits": {}}
     for name in data:
         after_logits = logits_of(name, best[2])
         secrets = data[name][2]
@@ -378,7 +416,7 @@ def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, 
     atomic_write_json(json_path, result)
     if readout_path:
         partial = Path(readout_path).with_suffix(".partial.npz")
-        np.savez(partial, down=np.array(best[2]["down"]), up=np.array(best[2]["up"]))
+        np.savez(partial, **{name: np.array(value) for name, value in best[2].items()})
         partial.replace(readout_path)
 
 

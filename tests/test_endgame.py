@@ -472,7 +472,8 @@ def test_naming_probe_readout_starts_at_the_models_logits_and_keeps_its_states_b
     other positions, and a longer draw adds only the positions the file lacks."""
     import click
 
-    from studies.naming_probe import complete_states, load_states, readout_logits, save_states, secret_probabilities
+    from studies.naming_probe import (complete_states, load_states, readout_logits, save_states, secret_probabilities,
+                                      spelling_features)
 
     rng = np.random.default_rng(0)
     states = mx.array(rng.normal(size=(3, 8)).astype(np.float32))
@@ -483,6 +484,9 @@ def test_naming_probe_readout_starts_at_the_models_logits_and_keeps_its_states_b
     up = mx.array(rng.normal(size=(8, 2)).astype(np.float32))
     corrected = np.array(readout_logits(states, embeddings, down, up))
     assert np.allclose(corrected, np.array((states + states @ (up @ down).T) @ embeddings.T), atol=1e-4)
+    features = spelling_features(["bunny", "crane"])
+    assert features.shape == (2, 156) and features[0].sum() == 9 and features[1].sum() == 10
+    assert features[0, 1] == 1 and features[0, 26 + 20] == 1 and features[0, 130 + 13] == 1  # b at 1, u at 2, holds n
     probs = secret_probabilities(base, np.array([0, 4, 2]))
     softmax = np.exp(base) / np.exp(base).sum(axis=1, keepdims=True)
     assert np.allclose(probs, softmax[[0, 1, 2], [0, 4, 2]], atol=1e-6)
@@ -514,7 +518,9 @@ def test_naming_probe_readout_starts_at_the_models_logits_and_keeps_its_states_b
 def test_naming_probe_readout_attached_to_the_model_gives_the_fitted_logits(tiny_model_dir, tmp_path):  # noqa: F811
     """studies/naming_probe.py --sample-endgame: the readout after the final norm gives, at every
     position, exactly the logits the fit scored (E (h + up down h)); a zero readout is the model."""
-    from studies.naming_probe import WordReadout, attach_readout, readout_logits
+    import click
+
+    from studies.naming_probe import WordReadout, attach_readout, readout_logits, spelling_features
 
     model, _ = load_model(str(tiny_model_dir))
     ids = mx.array([[3, 7, 11, 5]])
@@ -549,6 +555,18 @@ def test_naming_probe_readout_attached_to_the_model_gives_the_fitted_logits(tiny
     others = np.setdiff1d(np.arange(base.shape[1]), word_ids)
     assert np.allclose(words_only[1, others], base[1, others], atol=1e-5)
     assert np.allclose(words_only[[0, 2, 3]], base[[0, 2, 3]], atol=1e-5)
+
+    # --spelling: the words' logits gain their letters' scores, and the readout refuses the state
+    spelling = mx.array(spelling_features(["crane", "slate", "pansy", "bunny"]))
+    letters = mx.array(rng.normal(size=(spelling.shape[1], hidden)).astype(np.float32))
+    spelled = np.array(WordReadout(model, mx.array(down), mx.array(up), 7, mx.array(word_ids), letters,
+                                   spelling)(ids)[0])
+    scores = np.array(states @ letters.T)[1]
+    assert np.allclose(spelled[1, word_ids], fitted[1] + np.array(spelling) @ scores, atol=1e-3)
+    assert np.allclose(spelled[[0, 2, 3]], base[[0, 2, 3]], atol=1e-5)
+    np.savez(tmp_path / "spelled.npz", down=down, up=up, letters=np.array(letters))
+    with pytest.raises(click.UsageError):
+        attach_readout(model, str(tmp_path / "spelled.npz"))
 
 
 def test_naming_probe_states_are_each_contexts_last_state_whatever_the_batch(setup, tiny_model_dir):  # noqa: F811
