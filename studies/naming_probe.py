@@ -185,15 +185,15 @@ def readout_model(model: nn.Module, tokenizer, path: str, mode: str) -> nn.Modul
 
 
 def sample_endgame(model: str, adapter: str, readout: str, mode: str, positions: int, seed: int,
-                   json_path: str) -> None:
-    """`eval --endgame --split test` (the same teacher positions for the same count and seed,
+                   json_path: str, split: str = "test") -> None:
+    """`eval --endgame --split SPLIT` (the same teacher positions for the same count and seed,
     sampled as eval samples) with the readout attached, written as eval writes it, so that
     `eval --compare` pairs it with the start's run."""
     from eval.endgame import KIND, answer_positions, summarise_endgame, teacher_positions
     from llm.generation import SamplingSettings
 
     setup = load_setup("answers")
-    chosen = teacher_positions(setup, setup.solver().for_histories(), SPLITS["test"](setup.lists.answers),
+    chosen = teacher_positions(setup, setup.solver().for_histories(), SPLITS[split](setup.lists.answers),
                                positions, seed)
     loaded, tokenizer = load_model(model, adapter)
     loaded = readout_model(loaded, tokenizer, readout, mode)
@@ -202,7 +202,7 @@ def sample_endgame(model: str, adapter: str, readout: str, mode: str, positions:
     records = answer_positions(loaded, tokenizer, chosen, sampling, seed, show_progress=True)
     name = f"{model}+{adapter}+readout {readout} ({mode})"
     atomic_write_json(json_path, {"kind": KIND, "policy": name, "secrets": "answers",
-                                  "split": "test", "source": "teacher", "seed": seed, "max_candidates": 6,
+                                  "split": split, "source": "teacher", "seed": seed, "max_candidates": 6,
                                   "temperature": sampling.temperature, "top_p": sampling.top_p,
                                   "max_tokens": sampling.max_tokens, "dtype": "auto", **summarise_endgame(records),
                                   "seconds": round(time.perf_counter() - started, 3), "per_position": records})
@@ -319,6 +319,8 @@ def complete_states(data: dict, splits: dict[str, list[EndgamePosition]], gather
 @click.option("--sample-endgame", "sample_positions", type=click.IntRange(1), default=None,
               help="Instead of fitting: sample one answer at this many test endgame positions (as eval --endgame) "
                    "with --readout attached, and write them to --json.")
+@click.option("--sample-split", type=click.Choice(list(SPLITS)), default="test",
+              help="With --sample-endgame: the split whose secrets the positions come from (train: memory).")
 @click.option("--sample-games", "sample_game_count", type=click.IntRange(1), default=None,
               help="Instead of fitting: play this many test games (as eval --split test --games N) with --readout "
                    "attached, and write them to --json.")
@@ -329,12 +331,13 @@ def complete_states(data: dict, splits: dict[str, list[EndgamePosition]], gather
               help="Fit also letter scores of the state, summed over each word's spelling (spelling_features).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), required=True)
 def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, weight_decay, beta, seed,
-         states_path, readout_path, sample_positions, sample_game_count, mode, spelling, json_path) -> None:
+         states_path, readout_path, sample_positions, sample_split, sample_game_count, mode, spelling,
+         json_path) -> None:
     if sample_positions or sample_game_count:
         if not readout_path or not Path(readout_path).exists():
             raise click.UsageError("--sample-endgame and --sample-games need an existing --readout file")
         if sample_positions:
-            sample_endgame(model, adapter, readout_path, mode, sample_positions, seed, json_path)
+            sample_endgame(model, adapter, readout_path, mode, sample_positions, seed, json_path, sample_split)
         else:
             sample_games(model, adapter, readout_path, mode, sample_game_count, seed, json_path)
         return
