@@ -251,6 +251,29 @@ def summary(before: np.ndarray, after: np.ndarray, before_logits: np.ndarray, af
 PARTS = ("states", "fits", "secrets", "keys")
 
 
+def guessed_mask(positions: list[EndgamePosition], words: list[str]) -> np.ndarray:
+    """(positions, words): True where the word was already guessed at that position."""
+    index = {w: i for i, w in enumerate(words)}
+    mask = np.zeros((len(positions), len(words)), dtype=bool)
+    for row, position in enumerate(positions):
+        mask[row, [index[t.guess] for t in position.state.turns if t.guess in index]] = True
+    return mask
+
+
+def floor_guessed(fits: np.ndarray, positions: list[EndgamePosition], words: list[str]) -> np.ndarray:
+    """`fits` with the words already guessed at each position set to 0. The game refuses a repeat
+    and the reward scores it the floor (rl/reward.py), but the tile share gives an earlier guess
+    most of its turn's tiles (4 of 5 after four greens): fitted without this, a readout named the
+    last guess again in whole games (results/naming-probe/)."""
+    return np.where(guessed_mask(positions, words), 0.0, fits)
+
+
+def guessed_probability(logits: np.ndarray, mask: np.ndarray) -> float:
+    """The mean probability, among the words, of naming one already guessed."""
+    log_p = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+    return float((np.exp(log_p) * mask).sum(axis=1).mean())
+
+
 def collect(model, tokenizer, setup: Setup, positions: list[EndgamePosition], words: list[str],
             rows: np.ndarray) -> tuple[np.ndarray, ...]:
     """States, fits of every word, the secret's word index (every secret is one of `words`) and
@@ -329,10 +352,13 @@ def complete_states(data: dict, splits: dict[str, list[EndgamePosition]], gather
                    "(where the input is ` Only`), or there on the single-token words' logits alone.")
 @click.option("--spelling/--no-spelling", default=False,
               help="Fit also letter scores of the state, summed over each word's spelling (spelling_features).")
+@click.option("--floor-guessed/--no-floor-guessed", "floor", default=True,
+              help="Score the words already guessed 0 in the target, as the reward scores a repeat (the runs of "
+                   "session 39 were fitted without this).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), required=True)
 def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, weight_decay, beta, seed,
          states_path, readout_path, sample_positions, sample_split, sample_game_count, mode, spelling,
-         json_path) -> None:
+         floor, json_path) -> None:
     if sample_positions or sample_game_count:
         if not readout_path or not Path(readout_path).exists():
             raise click.UsageError("--sample-endgame and --sample-games need an existing --readout file")
@@ -366,6 +392,9 @@ def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, 
     if states_path and added:
         save_states(states_path, stored)
     data = {name: tuple(part[:len(positions)] for part in stored[name]) for name, positions in splits.items()}
+    if floor:
+        data = {name: (states, floor_guessed(fits, splits[name], words), secrets, keys)
+                for name, (states, fits, secrets, keys) in data.items()}
     embeddings = loaded.model.embed_tokens.weight[mx.array(token_ids)].astype(mx.float32)
     hidden = embeddings.shape[1]
     mx.random.seed(seed)
@@ -403,15 +432,19 @@ def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, 
             if val_p > best[0]:
                 best = (float(val_p), epoch, {k: mx.array(v) for k, v in params.items()})
     result = {"adapter": adapter, "seed": seed, "beta": beta, "rank": rank, "lr": lr, "weight_decay": weight_decay,
-              "spelling": spelling, "words": len(words), "best_epoch": best[1], "curve": curve, "splits": {}}
+              "spelling": spelling, "floor_guessed": floor, "words": len(words), "best_epoch": best[1],
+              "curve": curve, "splits": {}}
     for name in data:
         after_logits = logits_of(name, best[2])
         secrets = data[name][2]
         p_before = secret_probabilities(before[name], secrets)
         p_after = secret_probabilities(after_logits, secrets)
         tilted = before[name] + data[name][1] / beta
+        guessed = guessed_mask(splits[name], words)
         result["splits"][name] = summary(p_before, p_after, before[name], after_logits, secrets) | {
             "mean_p_tilted": round(float(secret_probabilities(tilted, secrets).mean()), 5),
+            "p_guessed_before": round(guessed_probability(before[name], guessed), 5),
+            "p_guessed_after": round(guessed_probability(after_logits, guessed), 5),
             "per_position": [{"key": p.key, "secret": p.secret, "p_before": round(float(a), 6),
                               "p_after": round(float(b), 6)}
                              for p, a, b in zip(splits[name], p_before, p_after)]}

@@ -472,8 +472,8 @@ def test_naming_probe_readout_starts_at_the_models_logits_and_keeps_its_states_b
     other positions, and a longer draw adds only the positions the file lacks."""
     import click
 
-    from studies.naming_probe import (complete_states, load_states, readout_logits, save_states, secret_probabilities,
-                                      spelling_features)
+    from studies.naming_probe import (complete_states, floor_guessed, guessed_mask, guessed_probability, load_states,
+                                      readout_logits, save_states, secret_probabilities, spelling_features)
 
     rng = np.random.default_rng(0)
     states = mx.array(rng.normal(size=(3, 8)).astype(np.float32))
@@ -513,6 +513,13 @@ def test_naming_probe_readout_starts_at_the_models_logits_and_keeps_its_states_b
     assert not complete_states(loaded, {"train": [bunny]}, gather) and gathered == [funny.key]
     save_states(path, loaded)
     assert list(load_states(path, {"train": [bunny]})["train"][3]) == [bunny.key, funny.key]
+
+    # the target scores a word already guessed the floor, as the reward scores a repeat
+    words = ["crony", "bunny", "salet", "pansy"]
+    floored = floor_guessed(np.full((2, 4), 0.8), [bunny, funny], words)
+    assert floored.tolist() == [[0.0, 0.8, 0.0, 0.8], [0.8, 0.8, 0.0, 0.8]]
+    logits = np.log(np.array([[0.1, 0.6, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25]]))
+    assert guessed_probability(logits, guessed_mask([bunny, funny], words)) == pytest.approx((0.3 + 0.25) / 2)
 
 
 def test_naming_probe_readout_attached_to_the_model_gives_the_fitted_logits(tiny_model_dir, tmp_path):  # noqa: F811
