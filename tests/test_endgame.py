@@ -588,6 +588,24 @@ def test_naming_probe_states_are_each_contexts_last_state_whatever_the_batch(set
     assert np.allclose(naming_states(model, tokenizer, positions, batch=2), alone, atol=1e-4)
 
 
+def test_closing_by_tokens_splits_one_candidate_closes_by_the_secrets_tokens():
+    """studies/closing_by_tokens.py: only one-candidate positions count, split by the secret."""
+    from studies.closing_by_tokens import closing_by_tokens
+
+    records = [{"secret": "crony", "candidates": 1, "closed": True}, {"secret": "crony", "candidates": 2, "closed": True},
+               {"secret": "agape", "candidates": 1, "closed": False}, {"secret": "bunny", "candidates": 1,
+                                                                        "closed": False}]
+    for i, record in enumerate(records):
+        record["key"] = str(i)
+    assert closing_by_tokens({"per_position": records}, {"crony", "bunny"}) == {
+        "one_token": {"positions": 2, "closed": 1}, "several_tokens": {"positions": 1, "closed": 0}}
+    before = [dict(r, closed=not r["closed"]) for r in records]
+    paired = closing_by_tokens({"per_position": records}, {"crony", "bunny"}, {"per_position": before})
+    assert paired["one_token"] | {"sign_test_p": 0} == {"positions": 2, "closed": 1, "closed_here_only": 1,
+                                                          "closed_in_baseline_only": 1, "sign_test_p": 0}
+    assert paired["one_token"]["sign_test_p"] == pytest.approx(1.0)
+
+
 def test_spelling_probe_reads_letters_that_the_features_carry():
     """studies/spelling_probe.py: letters coded into the features are read back on unseen words;
     features without them are read at no better than the most common letter."""
