@@ -159,9 +159,11 @@ def word_readout(model: nn.Module, tokenizer, path: str) -> WordReadout:
     """The model with the readout at `path` on its single-token words' logits at the naming token."""
     saved = np.load(path)
     token_ids, words = word_tokens(tokenizer, list(load_setup("answers").lists.allowed))
-    letters = mx.array(saved["letters"]) if "letters" in saved else None
+    letters, spelling = None, None
+    if "letters" in saved:
+        letters, spelling = mx.array(saved["letters"]), mx.array(spelling_features(words))
     return WordReadout(model, mx.array(saved["down"]), mx.array(saved["up"]), naming_token(tokenizer),
-                       mx.array(token_ids), letters, mx.array(spelling_features(words)) if "letters" in saved else None)
+                       mx.array(token_ids), letters, spelling)
 
 
 def naming_token(tokenizer) -> int:

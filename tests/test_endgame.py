@@ -592,9 +592,10 @@ def test_closing_by_tokens_splits_one_candidate_closes_by_the_secrets_tokens():
     """studies/closing_by_tokens.py: only one-candidate positions count, split by the secret."""
     from studies.closing_by_tokens import closing_by_tokens
 
-    records = [{"secret": "crony", "candidates": 1, "closed": True}, {"secret": "crony", "candidates": 2, "closed": True},
-               {"secret": "agape", "candidates": 1, "closed": False}, {"secret": "bunny", "candidates": 1,
-                                                                        "closed": False}]
+    records = [{"secret": "crony", "candidates": 1, "closed": True},
+               {"secret": "crony", "candidates": 2, "closed": True},
+               {"secret": "agape", "candidates": 1, "closed": False},
+               {"secret": "bunny", "candidates": 1, "closed": False}]
     for i, record in enumerate(records):
         record["key"] = str(i)
     assert closing_by_tokens({"per_position": records}, {"crony", "bunny"}) == {
