@@ -364,6 +364,9 @@ def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, 
     if sample_positions or sample_game_count:
         if not readout_path or not Path(readout_path).exists():
             raise click.UsageError("--sample-endgame and --sample-games need an existing --readout file")
+        if mode != "naming-words" and "letters" in np.load(readout_path):
+            raise click.UsageError(f"{readout_path} scores words by their spelling, which acts on the words' "
+                                   "logits: use --attach naming-words")
         if sample_positions:
             sample_endgame(model, adapter, readout_path, mode, sample_positions, seed, json_path, sample_split)
         else:
