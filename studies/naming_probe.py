@@ -230,10 +230,14 @@ def sample_games(model: str, adapter: str, readout: str, mode: str, games: int, 
                                   "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, **result})
 
 
+def word_probabilities(logits: np.ndarray) -> np.ndarray:
+    """Each position's softmax over the words."""
+    return np.exp(logits - np.logaddexp.reduce(logits, axis=1, keepdims=True))
+
+
 def secret_probabilities(logits: np.ndarray, secrets: np.ndarray) -> np.ndarray:
     """Each position's secret's probability among the words."""
-    log_p = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
-    return np.exp(log_p[np.arange(len(secrets)), secrets])
+    return word_probabilities(logits)[np.arange(len(secrets)), secrets]
 
 
 def summary(before: np.ndarray, after: np.ndarray, before_logits: np.ndarray, after_logits: np.ndarray,
@@ -272,8 +276,7 @@ def floor_guessed(fits: np.ndarray, positions: list[EndgamePosition], words: lis
 
 def guessed_probability(logits: np.ndarray, mask: np.ndarray) -> float:
     """The mean probability, among the words, of naming one already guessed."""
-    log_p = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
-    return float((np.exp(log_p) * mask).sum(axis=1).mean())
+    return float((word_probabilities(logits) * mask).sum(axis=1).mean())
 
 
 def collect(model, tokenizer, setup: Setup, positions: list[EndgamePosition], words: list[str],
