@@ -19,6 +19,7 @@ tell memory from skill.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -122,8 +123,10 @@ def answered_positions(setup: Setup, result: dict) -> list[tuple[EndgamePosition
 
 
 def answer_positions(model, tokenizer, positions: list[EndgamePosition], sampling: SamplingSettings, seed: int,
-                     batch_size: int = 32, show_progress: bool = False) -> list[dict]:
-    """One sampled answer at each position (mlx seeded with `seed`), as per-position records.
+                     batch_size: int = 32, show_progress: bool = False,
+                     steer: Callable[[EndgamePosition], Callable] | None = None) -> list[dict]:
+    """One sampled answer at each position (mlx seeded with `seed`), as per-position records;
+    `steer` gives each position's answer a logits processor.
 
     Positions go to the generator `CHUNK_BATCHES` batches at a time, so progress shows
     while the answers are written; the chunking is fixed, so a seed gives the same answers.
@@ -136,7 +139,8 @@ def answer_positions(model, tokenizer, positions: list[EndgamePosition], samplin
         for start in range(0, len(positions), step):
             chunk = positions[start:start + step]
             prompts = [prompt_tokens(tokenizer, p.state, p.rejected) for p in chunk]
-            completions = sample(model, tokenizer, prompts, 1, sampling, batch_size)
+            processors = [steer(p) for p in chunk] if steer else None
+            completions = sample(model, tokenizer, prompts, 1, sampling, batch_size, processors)
             records.extend(position_record(p, c.text) for p, (c,) in zip(chunk, completions))
             progress.advance(task, len(chunk))
     return records

@@ -34,6 +34,7 @@ if __name__ == "__main__":
 
 import json  # noqa: E402
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -50,6 +51,7 @@ from llm.loading import load_model
 from solver.setup import Setup, load_setup
 from studies.closing_logprob import NAMING, paired_interval
 from studies.naming_tilt import DEFAULT_BETA, fit_shares, naming_context, one_candidate_positions, word_tokens
+from studies.word_steering import ScorePublisher, WordSteering, WordTokens
 
 
 def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition], batch: int = 8) -> np.ndarray:
@@ -82,11 +84,16 @@ def spelling_features(words: list[str]) -> np.ndarray:
 
 
 def readout_logits(states: mx.array, embeddings: mx.array, down: mx.array, up: mx.array,
-                   letters: mx.array | None = None, spelling: mx.array | None = None) -> mx.array:
+                   letters: mx.array | None = None, spelling: mx.array | None = None,
+                   offsets: mx.array | None = None) -> mx.array:
     """Word logits after the readout: E (h + up @ down @ h), a rank-r correction of the state,
     plus, with `letters` (features x hidden), S (letters @ h): the state's letter scores summed
-    over each word's spelling S (`spelling_features`)."""
+    over each word's spelling S (`spelling_features`). Over every word, E holds each word's
+    first token's embedding and `offsets` shares that token's logit among its words
+    (studies/word_steering.py)."""
     logits = (states + (states @ down.T) @ up.T) @ embeddings.T
+    if offsets is not None:
+        logits = logits + offsets
     if letters is not None:
         logits = logits + (states @ letters.T) @ spelling.T
     return logits
@@ -174,16 +181,36 @@ def naming_token(tokenizer) -> int:
     return encoded[0]
 
 
-READOUT_MODES = ("every-token", "naming-token", "naming-words")
+READOUT_MODES = ("every-token", "naming-token", "naming-words", "all-words")
+ALL_WORDS = "all_words"  # the key a readout over every allowed word is saved with
 
 
-def readout_model(model: nn.Module, tokenizer, path: str, mode: str) -> nn.Module:
-    """The model with the readout on: at every token's state, at the naming token's state, or on
-    the single-token words' logits at the naming token only."""
+def word_steering(model: nn.Module, tokenizer, path: str) -> tuple[ScorePublisher, WordTokens]:
+    """The model that scores every allowed word at the naming token by the readout at `path`
+    (fitted with --words all), and those words: each answer's `WordSteering` names one by them."""
+    saved = np.load(path)
+    vocabulary = WordTokens.of(tokenizer, list(load_setup("answers").lists.allowed))
+    embeddings = model.model.embed_tokens.weight[mx.array(vocabulary.first)].astype(mx.float32)
+    down, up, offsets = mx.array(saved["down"]), mx.array(saved["up"]), mx.array(vocabulary.offsets)
+    letters = mx.array(saved["letters"]) if "letters" in saved else None
+    spelling = mx.array(spelling_features(list(vocabulary.words))) if letters is not None else None
+    publisher = ScorePublisher(
+        model, lambda h: readout_logits(h, embeddings, down, up, letters, spelling, offsets), naming_token(tokenizer))
+    return publisher, vocabulary
+
+
+def readout_model(model: nn.Module, tokenizer, path: str, mode: str) -> tuple[nn.Module, Callable | None]:
+    """The model with the readout on: at every token's state, at the naming token's state, on
+    the single-token words' logits at the naming token only, or (all-words) naming every allowed
+    word by it; with the last, the maker of each answer's logits processor from the words it
+    must not name."""
+    if mode == "all-words":
+        publisher, vocabulary = word_steering(model, tokenizer, path)
+        return publisher, lambda banned: WordSteering(publisher, vocabulary, banned)
     if mode == "naming-words":
-        return word_readout(model, tokenizer, path)
+        return word_readout(model, tokenizer, path), None
     attach_readout(model, path, naming_token(tokenizer) if mode == "naming-token" else None)
-    return model
+    return model, None
 
 
 def sample_endgame(model: str, adapter: str, readout: str, mode: str, positions: int, seed: int,
@@ -198,10 +225,11 @@ def sample_endgame(model: str, adapter: str, readout: str, mode: str, positions:
     chosen = teacher_positions(setup, setup.solver().for_histories(), SPLITS[split](setup.lists.answers),
                                positions, seed)
     loaded, tokenizer = load_model(model, adapter)
-    loaded = readout_model(loaded, tokenizer, readout, mode)
+    loaded, steering = readout_model(loaded, tokenizer, readout, mode)
+    steer = (lambda p: steering({*p.state.guesses, *(r.guess for r in p.rejected)})) if steering else None
     sampling = SamplingSettings()
     started = time.perf_counter()
-    records = answer_positions(loaded, tokenizer, chosen, sampling, seed, show_progress=True)
+    records = answer_positions(loaded, tokenizer, chosen, sampling, seed, show_progress=True, steer=steer)
     name = f"{model}+{adapter}+readout {readout} ({mode})"
     atomic_write_json(json_path, {"kind": KIND, "policy": name, "secrets": "answers",
                                   "split": split, "source": "teacher", "seed": seed, "max_candidates": 6,
@@ -219,10 +247,11 @@ def sample_games(model: str, adapter: str, readout: str, mode: str, games: int, 
 
     setup = load_setup("answers")
     loaded, tokenizer = load_model(model, adapter)
-    loaded = readout_model(loaded, tokenizer, readout, mode)
+    loaded, steering = readout_model(loaded, tokenizer, readout, mode)
+    steer = (lambda state, refused: steering({*state.guesses, *(r.guess for r in refused)})) if steering else None
     sampling = SamplingSettings()
     name = f"{model}+{adapter}+readout {readout} ({mode})"
-    player = ModelPlayer(loaded, tokenizer, name, sampling, seed)
+    player = ModelPlayer(loaded, tokenizer, name, sampling, seed, steer=steer)
     secrets = choose_secrets(setup.lists.answers, "test", games, seed)
     result = play_and_summarise(player, setup, secrets, measure_moves=True, show_progress=True, setup_seconds=0.0)
     atomic_write_json(json_path, {"policy": name, "secrets": "answers", "split": "test", "seed": seed, "hard": False,
@@ -360,14 +389,23 @@ def complete_states(data: dict, splits: dict[str, list[EndgamePosition]], gather
 @click.option("--floor-guessed/--no-floor-guessed", "floor", default=True,
               help="Score the words already guessed 0 in the target, as the reward scores a repeat (the runs of "
                    "session 39 were fitted without this).")
+@click.option("--words", "word_set", type=click.Choice(["single-token", "all"]), default="single-token",
+              help="The words the readout scores: those that are one token, or every allowed word (several-token "
+                   "ones through their first token: studies/word_steering.py; sampled with --attach all-words). "
+                   "The positions are then drawn from every training word too: another --states file.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), required=True)
 def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, weight_decay, beta, seed,
          states_path, readout_path, sample_positions, sample_split, sample_game_count, mode, spelling,
-         floor, json_path) -> None:
+         floor, word_set, json_path) -> None:
     if sample_positions or sample_game_count:
         if not readout_path or not Path(readout_path).exists():
             raise click.UsageError("--sample-endgame and --sample-games need an existing --readout file")
-        if mode != "naming-words" and "letters" in np.load(readout_path):
+        saved = np.load(readout_path)
+        if (mode == "all-words") != (ALL_WORDS in saved):
+            fitted = "all" if ALL_WORDS in saved else "single-token"
+            raise click.UsageError(f"{readout_path} was fitted with --words {fitted}: --attach all-words goes with "
+                                   "--words all, and only with it")
+        if mode not in ("naming-words", "all-words") and "letters" in saved:
             raise click.UsageError(f"{readout_path} scores words by their spelling, which acts on the words' "
                                    "logits: use --attach naming-words")
         if sample_positions:
@@ -379,7 +417,12 @@ def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, 
     loaded.eval()
     answers_setup, allowed_setup = load_setup("answers"), load_setup("allowed")
     lists = answers_setup.lists
-    token_ids, words = word_tokens(tokenizer, list(lists.allowed))
+    offsets = None
+    if word_set == "all":
+        vocabulary = WordTokens.of(tokenizer, list(lists.allowed))
+        token_ids, words, offsets = vocabulary.first, list(vocabulary.words), mx.array(vocabulary.offsets)
+    else:
+        token_ids, words = word_tokens(tokenizer, list(lists.allowed))
     rows = np.array([lists.index(w) for w in words], dtype=np.int64)
     single = set(words)
     started = time.time()
@@ -412,15 +455,16 @@ def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, 
         params["letters"] = mx.zeros((spelled.shape[1], hidden))
     states, fits = data["train"][:2]
     h, f = mx.array(states), mx.array(fits, dtype=mx.float32)
-    target = mx.softmax(h @ embeddings.T + f / beta, axis=-1)
+    target = mx.softmax(h @ embeddings.T + (0 if offsets is None else offsets) + f / beta, axis=-1)
 
     def loss_fn(p):
-        log_p = nn.log_softmax(readout_logits(h, embeddings, p["down"], p["up"], p.get("letters"), spelled), axis=-1)
+        log_p = nn.log_softmax(readout_logits(h, embeddings, p["down"], p["up"], p.get("letters"), spelled, offsets),
+                               axis=-1)
         return -(target * log_p).sum(axis=-1).mean()
 
     def logits_of(name: str, p) -> np.ndarray:
         return np.array(readout_logits(mx.array(data[name][0]), embeddings, p["down"], p["up"], p.get("letters"),
-                                       spelled))
+                                       spelled, offsets))
 
     zero = {name: mx.zeros_like(value) if name != "down" else value for name, value in params.items()}
     before = {name: logits_of(name, zero) for name in data}
@@ -440,8 +484,8 @@ def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, 
             if val_p > best[0]:
                 best = (float(val_p), epoch, {k: mx.array(v) for k, v in params.items()})
     result = {"adapter": adapter, "seed": seed, "beta": beta, "rank": rank, "lr": lr, "weight_decay": weight_decay,
-              "spelling": spelling, "floor_guessed": floor, "words": len(words), "best_epoch": best[1],
-              "curve": curve, "splits": {}}
+              "spelling": spelling, "floor_guessed": floor, "word_set": word_set, "words": len(words),
+              "best_epoch": best[1], "curve": curve, "splits": {}}
     for name in data:
         after_logits = logits_of(name, best[2])
         secrets = data[name][2]
@@ -460,7 +504,8 @@ def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, 
     atomic_write_json(json_path, result)
     if readout_path:
         partial = Path(readout_path).with_suffix(".partial.npz")
-        np.savez(partial, **{name: np.array(value) for name, value in best[2].items()})
+        np.savez(partial, **{name: np.array(value) for name, value in best[2].items()},
+                 **({ALL_WORDS: np.array(True)} if word_set == "all" else {}))
         partial.replace(readout_path)
 
 

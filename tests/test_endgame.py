@@ -484,6 +484,9 @@ def test_naming_probe_readout_starts_at_the_models_logits_and_keeps_its_states_b
     up = mx.array(rng.normal(size=(8, 2)).astype(np.float32))
     corrected = np.array(readout_logits(states, embeddings, down, up))
     assert np.allclose(corrected, np.array((states + states @ (up @ down).T) @ embeddings.T), atol=1e-4)
+    offsets = mx.array([0.0, -np.log(2), -np.log(2), 0.0, -np.log(3)], dtype=mx.float32)  # words sharing a first token
+    shared = np.array(readout_logits(states, embeddings, down, up, offsets=offsets))
+    assert np.allclose(shared, corrected + np.array(offsets), atol=1e-5)
     features = spelling_features(["bunny", "crane"])
     assert features.shape == (2, 156) and features[0].sum() == 9 and features[1].sum() == 10
     assert features[0, 1] == 1 and features[0, 26 + 20] == 1 and features[0, 130 + 13] == 1  # b at 1, u at 2, holds n
@@ -623,3 +626,36 @@ def test_spelling_probe_reads_letters_that_the_features_carry():
     noise = np.random.default_rng(0).normal(size=one_hot.shape).astype(np.float32)
     weights, bias = fit_letter_probe(noise[:24], letters[:24], epochs=200, lr=0.05, weight_decay=0.0, seed=0)
     assert letter_accuracy(noise[24:], letters[24:], weights, bias)["words_right"] < 0.5
+
+
+def test_word_steering_names_whole_words_by_their_scores_and_never_a_banned_one(tiny_model_dir):  # noqa: F811
+    """studies/word_steering.py: at the gate token each answer names a whole word (its tokens in
+    order, several-token words too) by the published scores, skipping its own banned words;
+    an answer whose input is not the gate is the model's; several answers keep their own rows."""
+    from llm.generation import SamplingSettings, sample
+    from studies.word_steering import ScorePublisher, WordSteering, WordTokens
+
+    model, tokenizer = load_model(str(tiny_model_dir))
+    words = ["crane", "slate", "jumpy", "vowel", "ghost"]
+    vocabulary = WordTokens.of(tokenizer, words)
+    assert [len(s) for s in vocabulary.sequences] == [len(tokenizer.encode(" " + w, add_special_tokens=False))
+                                                       for w in words]
+    assert any(len(s) > 1 for s in vocabulary.sequences)
+    shared = (vocabulary.first[:, None] == vocabulary.first[None]).sum(1)
+    assert np.allclose(vocabulary.offsets, -np.log(shared))
+
+    ranking = np.array([0.0, 40.0, 60.0, 20.0, -10.0], np.float32)  # jumpy, then slate, then vowel
+    gate = tokenizer.encode(" the", add_special_tokens=False)[-1]
+    publisher = ScorePublisher(model, lambda h: mx.broadcast_to(mx.array(ranking), (h.shape[0], len(words))), gate)
+    prompt = tokenizer.encode("Turn 1 of 6. Only the", add_special_tokens=False)
+    assert prompt[-1] == gate
+    free = tokenizer.encode("Turn 1 of 6.", add_special_tokens=False)
+    bans = [set(), {"jumpy"}, {"jumpy", "slate"}, set()]
+    processors = [WordSteering(publisher, vocabulary, banned) for banned in bans]
+    settings = SamplingSettings(temperature=0.0, max_tokens=8)  # greedy: the free answer is comparable alone
+    answers = sample(publisher, tokenizer, [prompt, prompt, prompt, free], 1, settings, 4, processors)
+    for (answer,), expected in zip(answers[:3], ["jumpy", "slate", "vowel"]):
+        sequence = vocabulary.sequences[words.index(expected)]
+        assert answer.tokens[:len(sequence)] == sequence
+    (unsteered,), = sample(model, tokenizer, [free], 1, settings)
+    assert answers[3][0].tokens == unsteered.tokens
