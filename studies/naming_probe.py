@@ -35,6 +35,7 @@ if __name__ == "__main__":
 import json  # noqa: E402
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -51,7 +52,7 @@ from llm.loading import load_model
 from solver.setup import Setup, load_setup
 from studies.closing_logprob import NAMING, paired_interval
 from studies.naming_tilt import DEFAULT_BETA, fit_shares, naming_context, one_candidate_positions, word_tokens
-from studies.word_steering import ScorePublisher, WordSteering, WordTokens
+from studies.word_steering import ScorePublisher, WordSteering, WordTokens, continuation_offsets
 
 
 def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition], batch: int = 8) -> np.ndarray:
@@ -190,6 +191,8 @@ def word_steering(model: nn.Module, tokenizer, path: str) -> tuple[ScorePublishe
     (fitted with --words all), and those words: each answer's `WordSteering` names one by them."""
     saved = np.load(path)
     vocabulary = WordTokens.of(tokenizer, list(load_setup("answers").lists.allowed))
+    if "offsets" in saved:  # the model's own shares of each first token (--word-prior model)
+        vocabulary = replace(vocabulary, offsets=saved["offsets"])
     embeddings = model.model.embed_tokens.weight[mx.array(vocabulary.first)].astype(mx.float32)
     down, up, offsets = mx.array(saved["down"]), mx.array(saved["up"]), mx.array(vocabulary.offsets)
     letters = mx.array(saved["letters"]) if "letters" in saved else None
@@ -393,10 +396,13 @@ def complete_states(data: dict, splits: dict[str, list[EndgamePosition]], gather
               help="The words the readout scores: those that are one token, or every allowed word (several-token "
                    "ones through their first token: studies/word_steering.py; sampled with --attach all-words). "
                    "The positions are then drawn from every training word too: another --states file.")
+@click.option("--word-prior", type=click.Choice(["even", "model"]), default="model",
+              help="With --words all: how a first token's logit is shared among its words: evenly, or by the "
+                   "model's own continuation of it (word_steering.continuation_offsets).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), required=True)
 def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, weight_decay, beta, seed,
          states_path, readout_path, sample_positions, sample_split, sample_game_count, mode, spelling,
-         floor, word_set, json_path) -> None:
+         floor, word_set, word_prior, json_path) -> None:
     if sample_positions or sample_game_count:
         if not readout_path or not Path(readout_path).exists():
             raise click.UsageError("--sample-endgame and --sample-games need an existing --readout file")
@@ -420,6 +426,8 @@ def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, 
     offsets = None
     if word_set == "all":
         vocabulary = WordTokens.of(tokenizer, list(lists.allowed))
+        if word_prior == "model":
+            vocabulary = replace(vocabulary, offsets=continuation_offsets(loaded, tokenizer, vocabulary))
         token_ids, words, offsets = vocabulary.first, list(vocabulary.words), mx.array(vocabulary.offsets)
     else:
         token_ids, words = word_tokens(tokenizer, list(lists.allowed))
@@ -484,7 +492,8 @@ def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, 
             if val_p > best[0]:
                 best = (float(val_p), epoch, {k: mx.array(v) for k, v in params.items()})
     result = {"adapter": adapter, "seed": seed, "beta": beta, "rank": rank, "lr": lr, "weight_decay": weight_decay,
-              "spelling": spelling, "floor_guessed": floor, "word_set": word_set, "words": len(words),
+              "spelling": spelling, "floor_guessed": floor, "word_set": word_set,
+              "word_prior": word_prior if word_set == "all" else None, "words": len(words),
               "best_epoch": best[1], "curve": curve, "splits": {}}
     for name in data:
         after_logits = logits_of(name, best[2])
@@ -505,7 +514,7 @@ def main(model, adapter, train_positions, held_out_positions, rank, epochs, lr, 
     if readout_path:
         partial = Path(readout_path).with_suffix(".partial.npz")
         np.savez(partial, **{name: np.array(value) for name, value in best[2].items()},
-                 **({ALL_WORDS: np.array(True)} if word_set == "all" else {}))
+                 **({ALL_WORDS: np.array(True), "offsets": np.array(offsets)} if word_set == "all" else {}))
         partial.replace(readout_path)
 
 

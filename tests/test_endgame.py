@@ -633,7 +633,9 @@ def test_word_steering_names_whole_words_by_their_scores_and_never_a_banned_one(
     order, several-token words too) by the published scores, skipping its own banned words;
     an answer whose input is not the gate is the model's; several answers keep their own rows."""
     from llm.generation import SamplingSettings, sample
-    from studies.word_steering import ScorePublisher, WordSteering, WordTokens
+    import mlx.nn as nn
+
+    from studies.word_steering import ScorePublisher, WordSteering, WordTokens, continuation_offsets
 
     model, tokenizer = load_model(str(tiny_model_dir))
     words = ["crane", "slate", "jumpy", "vowel", "ghost"]
@@ -643,6 +645,21 @@ def test_word_steering_names_whole_words_by_their_scores_and_never_a_banned_one(
     assert any(len(s) > 1 for s in vocabulary.sequences)
     shared = (vocabulary.first[:, None] == vocabulary.first[None]).sum(1)
     assert np.allclose(vocabulary.offsets, -np.log(shared))
+
+    # the model's own shares of a first token: they sum to one over its words, in the ratio of
+    # the model's continuations (words sharing " v" here, so one of them is not even)
+    pairs = WordTokens.of(tokenizer, ["vowel", "vapid", "verge", "crane"])
+    assert len(set(pairs.first[:3].tolist())) == 1
+    offsets = continuation_offsets(model, tokenizer, pairs, batch=2)
+    assert np.exp(offsets[:3]).sum() == pytest.approx(1.0, abs=1e-5) and offsets[3] == pytest.approx(0.0, abs=1e-6)
+    prefix = tokenizer.encode("Only", add_special_tokens=False)
+
+    def continuation(word: int) -> float:
+        tokens = prefix + list(pairs.sequences[word])
+        log_probs = np.array(nn.log_softmax(model(mx.array([tokens]))[0].astype(mx.float32), axis=-1))
+        return sum(log_probs[j, tokens[j + 1]] for j in range(len(prefix), len(tokens) - 1))
+
+    assert offsets[0] - offsets[1] == pytest.approx(continuation(0) - continuation(1), abs=1e-3)
 
     ranking = np.array([0.0, 40.0, 60.0, 20.0, -10.0], np.float32)  # jumpy, then slate, then vowel
     gate = tokenizer.encode(" the", add_special_tokens=False)[-1]
