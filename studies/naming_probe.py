@@ -17,12 +17,17 @@ paired, with the same at the training positions beside it (memory against skill)
 
 With `--spelling` the readout also scores letters from the state (which letter at which place,
 which letters in the word) and adds to each word the scores of its own spelling: it asks whether
-the state reads the clues even where the word embeddings cannot spell the words they fit.
+the state reads the clues even where the word embeddings cannot spell the words they fit. With
+`--words all` it scores every allowed word, and `--attach all-words` names them whole when sampled
+(studies/word_steering.py).
 
     python -m studies.naming_probe --adapter runs/gpu-sft-2400 --states runs/naming-probe/states.npz \
         --readout runs/naming-probe/readout.npz --json results/naming-probe/probe.json
     python -m studies.naming_probe --adapter runs/gpu-sft-2400 --readout runs/naming-probe/readout.npz \
         --sample-endgame 400 --json results/naming-probe/readout-endgame-test-400.json
+    python -m studies.naming_probe --adapter runs/gpu-sft-2400 --states runs/naming-probe/states-all.npz \
+        --train-positions 640 --held-out-positions 200 --epochs 200 --spelling --words all --beta 0.01 \
+        --readout runs/naming-probe/all-words-b001.npz --json results/naming-probe/probe-all-words-b001-e200.json
 """
 
 from __future__ import annotations
@@ -386,7 +391,8 @@ def complete_states(data: dict, splits: dict[str, list[EndgamePosition]], gather
                    "attached, and write them to --json.")
 @click.option("--attach", "mode", type=click.Choice(READOUT_MODES), default="every-token",
               help="With --sample-*: where the readout acts: on every token's state, on the naming token's state "
-                   "(where the input is ` Only`), or there on the single-token words' logits alone.")
+                   "(where the input is ` Only`), there on the single-token words' logits alone, or (all-words, a "
+                   "--words all readout) naming every allowed word whole, never a played one.")
 @click.option("--spelling/--no-spelling", default=False,
               help="Fit also letter scores of the state, summed over each word's spelling (spelling_features).")
 @click.option("--floor-guessed/--no-floor-guessed", "floor", default=True,
