@@ -36,13 +36,17 @@ class WordTokens:
     sequences: tuple[tuple[int, ...], ...]
     first: np.ndarray  # each word's first token
     offsets: np.ndarray  # -log(words sharing that first token): 0 for a single-token word
+    padded: np.ndarray  # (words, longest) the sequences, -1 past a word's end: steering filters with it
 
     @classmethod
     def of(cls, tokenizer, words: list[str]) -> WordTokens:
         sequences = tuple(tuple(tokenizer.encode(" " + w, add_special_tokens=False)) for w in words)
         first = np.array([s[0] for s in sequences], dtype=np.int64)
         _, inverse, counts = np.unique(first, return_inverse=True, return_counts=True)
-        return cls(tuple(words), sequences, first, -np.log(counts[inverse]).astype(np.float32))
+        padded = np.full((len(words), max(len(s) for s in sequences) + 1), -1, dtype=np.int64)
+        for row, sequence in enumerate(sequences):
+            padded[row, :len(sequence)] = sequence
+        return cls(tuple(words), sequences, first, -np.log(counts[inverse]).astype(np.float32), padded)
 
 
 def continuation_offsets(model: nn.Module, tokenizer, vocabulary: WordTokens, context: str = "Only",
@@ -127,28 +131,29 @@ class WordSteering:
             return self._first_tokens(logits)
         if self.live is None:
             return logits
-        self.live = np.array([i for i in self.live if self.vocabulary.sequences[i][self.depth] == last], dtype=np.int64)
+        padded = self.vocabulary.padded
+        self.live = self.live[padded[self.live, self.depth] == last]
         self.depth += 1
-        self.live = np.array([i for i in self.live if len(self.vocabulary.sequences[i]) > self.depth], dtype=np.int64)
+        self.live = self.live[padded[self.live, self.depth] >= 0]
         if not len(self.live):  # the word is whole (or the model left the words): free again
             self.live = None
             return logits
         steered = np.full(logits.shape[-1], -np.inf, dtype=np.float32)
-        tokens, scores = self._by_token([self.vocabulary.sequences[i][self.depth] for i in self.live])
+        tokens, scores = self._by_token(padded[self.live, self.depth])
         steered[tokens] = scores
         return mx.array(steered)[None].astype(logits.dtype)
 
     def _first_tokens(self, logits: mx.array) -> mx.array:
         """Each word-opening token's logit becomes its words' log-sum; other tokens stay the model's."""
-        tokens, scores = self._by_token(list(self.vocabulary.first[self.live]))
+        tokens, scores = self._by_token(self.vocabulary.first[self.live])
         steered = np.array(logits[0].astype(mx.float32))
         steered[self.vocabulary.first] = -np.inf
         steered[tokens] = scores
         return mx.array(steered)[None].astype(logits.dtype)
 
-    def _by_token(self, next_tokens: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    def _by_token(self, next_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The distinct next tokens of the live words, and the log-sum of their words' scores."""
-        tokens, inverse = np.unique(np.array(next_tokens, dtype=np.int64), return_inverse=True)
+        tokens, inverse = np.unique(next_tokens, return_inverse=True)
         scores = self.scores[self.live]
         peak = scores.max()
         sums = np.zeros(len(tokens))
