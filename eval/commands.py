@@ -14,7 +14,7 @@ from solver.options import solver_options, word_list_options
 
 # The flags only the solver's play reads, and those only a model's.
 SOLVER_FLAGS = ("hard", "lookahead", "top_k")
-MODEL_FLAGS = ("model", "adapter", "temperature", "top_p", "max_tokens", "batch_size", "dtype")
+MODEL_FLAGS = ("model", "adapter", "temperature", "top_p", "max_tokens", "batch_size", "dtype", "naming_head")
 
 
 @click.command("eval")
@@ -49,10 +49,13 @@ MODEL_FLAGS = ("model", "adapter", "temperature", "top_p", "max_tokens", "batch_
 @click.option("--from-games", type=click.Path(dir_okay=False), default=None,
               help="Endgame positions from a model's own eval JSON (every answer it gave at one) instead of the "
                    "solver's games.")
+@click.option("--naming-head/--no-naming-head", default=True, show_default=True,
+              help="Name words at one-candidate positions by the naming head saved beside --adapter "
+                   "(naming_head.npz, written by `naming-head`), when there is one.")
 @model_options
 def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lookahead, top_k,
-                 json_path, compare, quiet, constrain_guess, endgame, positions, max_candidates, from_games, model,
-                 adapter, temperature, top_p, max_tokens, batch_size, dtype) -> None:
+                 json_path, compare, quiet, constrain_guess, endgame, positions, max_candidates, from_games,
+                 naming_head, model, adapter, temperature, top_p, max_tokens, batch_size, dtype) -> None:
     """Play every secret (or --games N of them) and report win rate, guesses and move quality."""
     from rich.console import Console
 
@@ -87,7 +90,7 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
     if constrain_guess and policy != "model":
         raise UserError("--constrain-guess applies to a model (--model PATH|default)")
     spec = ModelSpec(model, adapter, SamplingSettings(temperature, top_p, max_tokens), batch_size,
-                     constrain_guess, dtype) if policy == "model" else None
+                     constrain_guess, dtype, naming_head) if policy == "model" else None
     if endgame or from_games:
         if policy != "model" or constrain_guess or games:
             raise UserError("--endgame asks a model (--model PATH|default) for one answer per position; "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from common.errors import UserError, note
 from common.fileio import atomic_write_json
@@ -24,19 +25,43 @@ class ModelSpec:
     batch_size: int = 32
     constrain_guess: bool = False  # decode the guess tag within the allowed words (not the model's own rate)
     dtype: str = "auto"  # the weights' dtype (llm/loading.py resolve_dtype)
+    naming_head: bool = True  # name words by the head saved beside the adapter, when there is one
+
+    @property
+    def head(self) -> Path | None:
+        """The naming head this model plays with (llm/naming_head.py), if any."""
+        from llm.naming_head import head_beside
+
+        return head_beside(self.adapter) if self.naming_head else None
 
     @property
     def name(self) -> str:
         name = self.model + (f"+{self.adapter}" if self.adapter else "")
+        name += " +naming head" if self.head else ""
         return name + (" (guess constrained)" if self.constrain_guess else "")
 
-    def player(self, seed: int, allowed: tuple[str, ...] = ()) -> Player:
+    def load(self, allowed: tuple[str, ...]):
+        """(model, tokenizer, steer): the model, and with a naming head the maker of each answer's
+        logits processor (llm/word_steering.py), else None."""
         from llm.loading import load_model
+        from llm.naming_head import NamingHead
+        from llm.word_steering import steered_model
+
+        if self.head and self.constrain_guess:
+            raise UserError(f"--constrain-guess decodes the guess its own way, and {self.head} names words "
+                            "by the head: add --no-naming-head")
+        model, tokenizer = load_model(self.model, self.adapter, self.dtype)
+        if not self.head:
+            return model, tokenizer, None
+        model, steer = steered_model(model, tokenizer, NamingHead.load(self.head), allowed)
+        return model, tokenizer, steer
+
+    def player(self, seed: int, allowed: tuple[str, ...] = ()) -> Player:
         from llm.player import ModelPlayer
 
-        model, tokenizer = load_model(self.model, self.adapter, self.dtype)
+        model, tokenizer, steer = self.load(allowed)
         return ModelPlayer(model, tokenizer, self.name, self.sampling, seed, self.batch_size,
-                           allowed if self.constrain_guess else None)
+                           allowed if self.constrain_guess else None, steer)
 
 
 def choose_secrets(words: tuple[str, ...], split: str, games: int | None, seed: int) -> list[str]:
@@ -89,7 +114,8 @@ def run_eval(setup: Setup, request: EvalRequest, json_path: str | None, show_pro
 def _sampling_of(model: ModelSpec) -> dict:
     """How the model's answers were sampled: every model figure depends on it."""
     return {"temperature": model.sampling.temperature, "top_p": model.sampling.top_p,
-            "max_tokens": model.sampling.max_tokens, "dtype": model.dtype}
+            "max_tokens": model.sampling.max_tokens, "dtype": model.dtype,
+            "naming_head": str(model.head) if model.head else None}
 
 
 def play_and_summarise(player: Player, setup: Setup, secrets: list[str], measure_moves: bool = True,
@@ -116,7 +142,6 @@ def run_endgame(setup: Setup, request: EndgameRequest, json_path: str | None, sh
     """`eval --endgame`: the model's one answer at each position, summarised (eval/endgame.py)."""
     from common.fileio import read_json
     from eval.endgame import KIND, answer_positions, model_positions, summarise_endgame, teacher_positions
-    from llm.loading import load_model
 
     if request.from_games:
         positions = model_positions(setup, read_json(request.from_games, "games file"), request.max_candidates)
@@ -131,10 +156,10 @@ def run_endgame(setup: Setup, request: EndgameRequest, json_path: str | None, sh
     if not positions:
         raise UserError(f"no position with 1-{request.max_candidates} candidates left in {source}")
     model = request.model
-    loaded, tokenizer = load_model(model.model, model.adapter, model.dtype)
+    loaded, tokenizer, steer = model.load(setup.lists.allowed)
     started = time.perf_counter()
     records = answer_positions(loaded, tokenizer, positions, model.sampling, request.seed, model.batch_size,
-                               show_progress)
+                               show_progress, steer and (lambda p: steer(p.state, p.rejected)))
     result = {"kind": KIND, "policy": model.name, "secrets": setup.secret_kind, "split": request.split,
               "source": source, "seed": request.seed, "max_candidates": request.max_candidates,
               **_sampling_of(model), **summarise_endgame(records),

@@ -24,6 +24,15 @@ SYSTEM_PROMPT = (
 
 TILE_WORDS = ("grey", "yellow", "green")
 
+# The word a thought names the one candidate left after ("Only X remains."): the model reads it
+# just before it names the word, where a naming head acts (llm/naming_head.py).
+NAMING_WORD = "Only"
+
+
+def one_left(word: str) -> str:
+    """The sentence that names the one candidate left."""
+    return f"{NAMING_WORD} {word} remains."
+
 # Typed parse failures. The first four are format failures; the last two are well-formed
 # answers that cannot be played.
 NO_TAGS = "no_tags"

@@ -103,6 +103,26 @@ def clue_tiles(codes: np.ndarray, row: int, history_rows: np.ndarray, history_pa
 
 
 @njit(cache=True)
+def _fit_shares_kernel(codes: np.ndarray, rows: np.ndarray, history_rows: np.ndarray,
+                       history_patterns: np.ndarray) -> np.ndarray:
+    scratch = np.zeros(26, dtype=np.int8)
+    turns = history_rows.shape[0]
+    out = np.empty(rows.shape[0], dtype=np.float64)
+    for i in range(rows.shape[0]):
+        out[i] = clue_tiles(codes, rows[i], history_rows, history_patterns, scratch) / (5 * turns) if turns else 1.0
+    return out
+
+
+def fit_shares(state: GameState, rows: np.ndarray) -> np.ndarray:
+    """The `fit` component of each allowed-word row as the guess at `state`, all at once: what a
+    naming head is fitted toward (rl/naming_head.py)."""
+    lists = state.lists
+    history_rows = np.array([lists.index(t.guess) for t in state.turns], dtype=np.int64)
+    history_patterns = np.array([t.pattern for t in state.turns], dtype=np.int64)
+    return _fit_shares_kernel(lists.allowed_codes, rows, history_rows, history_patterns)
+
+
+@njit(cache=True)
 def reward_kernel(matrix: np.ndarray, codes: np.ndarray, rows: np.ndarray, thought_scores: np.ndarray,
                   candidates: np.ndarray, history_rows: np.ndarray, history_patterns: np.ndarray,
                   secret_column: int, turn: int, best_entropy: float,

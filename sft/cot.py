@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from llm.format import format_answer
+from llm.format import format_answer, one_left
 from solver.entropy import guess_score
 from solver.feedback import WIN
 from solver.policy import Policy, Scored
@@ -42,7 +42,7 @@ def thought(state: GameState, choice: Scored) -> str:
     parts = knowledge(state.constraints) if state.turns else ["No feedback yet."]
     count = len(state.candidates)
     if count == 1:
-        parts.append(f"Only {choice.word} remains.")
+        parts.append(one_left(choice.word))
         return " ".join(parts)
     if count <= LIST_AT_MOST:
         parts.append(f"{count} possible words: {', '.join(state.candidate_words())}.")
@@ -70,7 +70,7 @@ def true_sentences(state: GameState, guess: str) -> list[str]:
     """
     if len(state.candidates) == 1:
         facts = knowledge(state.constraints) if state.turns else ["No feedback yet."]
-        return facts + [f"Only {state.candidate_words()[0]} remains."]
+        return facts + [one_left(state.candidate_words()[0])]
     return sentences(thought(state, score_choice(state, guess)))
 
 

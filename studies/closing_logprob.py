@@ -31,12 +31,12 @@ from common.errors import run_script
 from common.fileio import atomic_write_json
 from eval.endgame import EndgamePosition, teacher_positions
 from eval.splits import SPLITS
-from llm.format import prompt_tokens
+from llm.format import NAMING_WORD, prompt_tokens
 from llm.loading import load_model
 from sft.cot import truthful_answer
 from solver.setup import load_setup
 
-NAMING = " Only "  # where the teacher's thought names the one candidate left
+NAMING = f" {NAMING_WORD} "  # where the teacher's thought names the one candidate left
 
 
 def scored_text(position: EndgamePosition, word: str | None = None) -> tuple[str, str]:

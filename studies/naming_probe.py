@@ -55,54 +55,13 @@ from eval.endgame import EndgamePosition
 from eval.splits import SPLITS, held_out_test, held_out_validation, trainable
 from llm.loading import load_model
 from solver.setup import Setup, load_setup
-from studies.closing_logprob import NAMING, paired_interval
-from studies.naming_tilt import DEFAULT_BETA, fit_shares, naming_context, one_candidate_positions, word_tokens
-from studies.word_steering import ScorePublisher, WordSteering, WordTokens, continuation_offsets
-
-
-def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition], batch: int = 8) -> np.ndarray:
-    """The final (normed) hidden state at the naming token of each position, (positions, hidden).
-    Batched by length, so that little of a batch is padding (contexts run 300-380 tokens)."""
-    contexts = [naming_context(tokenizer, p) for p in positions]
-    order = sorted(range(len(contexts)), key=lambda i: len(contexts[i]))
-    states = np.zeros((len(contexts), model.args.hidden_size), dtype=np.float32)
-    for start in range(0, len(order), batch):
-        chosen = order[start:start + batch]
-        width = max(len(contexts[i]) for i in chosen)
-        hidden = model.model(mx.array([contexts[i] + [0] * (width - len(contexts[i])) for i in chosen]))
-        last = mx.array([len(contexts[i]) - 1 for i in chosen])
-        states[chosen] = np.array(hidden[mx.arange(len(chosen)), last].astype(mx.float32))
-    return states
-
-
-def spelling_features(words: list[str]) -> np.ndarray:
-    """(words, 156): each place's letter one-hot (5 x 26), then which letters the word holds (26).
-    A clue is a statement about these (a green about a place, a yellow or grey about the bag), so
-    a word's fit to clues is close to a linear score of them, which its token embedding cannot
-    give (it carries little beyond the first letter: results/naming-probe/spelling.json)."""
-    letters = np.array([[ord(c) - ord("a") for c in w] for w in words], dtype=np.int64)
-    features = np.zeros((len(words), 6 * 26), dtype=np.float32)
-    rows = np.arange(len(words))
-    for place in range(5):
-        features[rows, place * 26 + letters[:, place]] = 1.0
-        features[rows, 5 * 26 + letters[:, place]] = 1.0
-    return features
-
-
-def readout_logits(states: mx.array, embeddings: mx.array, down: mx.array, up: mx.array,
-                   letters: mx.array | None = None, spelling: mx.array | None = None,
-                   offsets: mx.array | None = None) -> mx.array:
-    """Word logits after the readout: E (h + up @ down @ h), a rank-r correction of the state,
-    plus, with `letters` (features x hidden), S (letters @ h): the state's letter scores summed
-    over each word's spelling S (`spelling_features`). Over every word, E holds each word's
-    first token's embedding and `offsets` shares that token's logit among its words
-    (studies/word_steering.py)."""
-    logits = (states + (states @ down.T) @ up.T) @ embeddings.T
-    if offsets is not None:
-        logits = logits + offsets
-    if letters is not None:
-        logits = logits + (states @ letters.T) @ spelling.T
-    return logits
+from studies.closing_logprob import paired_interval
+from rl.naming_head import naming_states, one_candidate_positions
+from rl.reward import fit_shares
+from studies.naming_tilt import DEFAULT_BETA, word_tokens
+from llm.naming_head import naming_tokens, readout_logits, spelling_features
+from llm.word_steering import ScorePublisher, WordSteering, WordTokens
+from studies.word_steering import continuation_offsets
 
 
 class ReadoutModel(nn.Module):
@@ -175,16 +134,8 @@ def word_readout(model: nn.Module, tokenizer, path: str) -> WordReadout:
     letters, spelling = None, None
     if "letters" in saved:
         letters, spelling = mx.array(saved["letters"]), mx.array(spelling_features(words))
-    return WordReadout(model, mx.array(saved["down"]), mx.array(saved["up"]), naming_token(tokenizer),
+    return WordReadout(model, mx.array(saved["down"]), mx.array(saved["up"]), naming_tokens(tokenizer)[-1],
                        mx.array(token_ids), letters, spelling)
-
-
-def naming_token(tokenizer) -> int:
-    """The token ` Only` encodes to, as the naming context ends: the gate of a gated readout."""
-    encoded = tokenizer.encode(NAMING.rstrip(), add_special_tokens=False)
-    if len(encoded) != 1:
-        raise click.UsageError(f"{NAMING.strip()!r} is {len(encoded)} tokens for this tokenizer; the gate needs one")
-    return encoded[0]
 
 
 READOUT_MODES = ("every-token", "naming-token", "naming-words", "all-words")
@@ -203,7 +154,7 @@ def word_steering(model: nn.Module, tokenizer, path: str) -> tuple[ScorePublishe
     letters = mx.array(saved["letters"]) if "letters" in saved else None
     spelling = mx.array(spelling_features(list(vocabulary.words))) if letters is not None else None
     publisher = ScorePublisher(
-        model, lambda h: readout_logits(h, embeddings, down, up, letters, spelling, offsets), naming_token(tokenizer))
+        model, lambda h: readout_logits(h, embeddings, down, up, letters, spelling, offsets), naming_tokens(tokenizer))
     return publisher, vocabulary
 
 
@@ -217,7 +168,7 @@ def readout_model(model: nn.Module, tokenizer, path: str, mode: str) -> tuple[nn
         return publisher, lambda banned: WordSteering(publisher, vocabulary, banned)
     if mode == "naming-words":
         return word_readout(model, tokenizer, path), None
-    attach_readout(model, path, naming_token(tokenizer) if mode == "naming-token" else None)
+    attach_readout(model, path, naming_tokens(tokenizer)[-1] if mode == "naming-token" else None)
     return model, None
 
 
@@ -321,7 +272,7 @@ def collect(model, tokenizer, setup: Setup, positions: list[EndgamePosition], wo
     """States, fits of every word, the secret's word index (every secret is one of `words`) and
     the positions' keys: the `PARTS` of a split."""
     index = {w: i for i, w in enumerate(words)}
-    fits = np.stack([fit_shares(setup, p, rows) for p in positions])
+    fits = np.stack([fit_shares(p.state, rows) for p in positions])
     return (naming_states(model, tokenizer, positions), fits, np.array([index[p.secret] for p in positions]),
             np.array([p.key for p in positions]))
 

@@ -48,7 +48,6 @@ import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
-from numba import njit
 
 from common.errors import run_script
 from common.fileio import atomic_write_json
@@ -57,11 +56,12 @@ from eval.splits import SPLITS, trainable, untaught
 from llm.adapter_files import save_adapter
 from llm.format import prompt_tokens
 from llm.loading import load_model
-from rl.reward import clue_tiles
+from rl.naming_head import naming_context, one_candidate_positions
+from rl.reward import fit_shares
 from sft.cot import truthful_answer
 from sft.lora import continue_adapter, trainable_weights
 from solver.setup import Setup, load_setup
-from studies.closing_logprob import NAMING, paired_interval
+from studies.closing_logprob import paired_interval
 
 DEFAULT_BETA = 0.05  # a word that fits one more tile in 20 (0.05) is e times likelier
 
@@ -75,34 +75,6 @@ def word_tokens(tokenizer, words: list[str]) -> tuple[np.ndarray, list[str]]:
             ids.append(encoded[0])
             kept.append(word)
     return np.array(ids, dtype=np.int64), kept
-
-
-@njit(cache=True)
-def _fit_kernel(codes: np.ndarray, rows: np.ndarray, history_rows: np.ndarray,
-                history_patterns: np.ndarray) -> np.ndarray:
-    scratch = np.zeros(26, dtype=np.int8)
-    turns = history_rows.shape[0]
-    out = np.empty(rows.shape[0], dtype=np.float64)
-    for i in range(rows.shape[0]):
-        out[i] = clue_tiles(codes, rows[i], history_rows, history_patterns, scratch) / (5 * turns) if turns else 1.0
-    return out
-
-
-def fit_shares(setup: Setup, position: EndgamePosition, rows: np.ndarray) -> np.ndarray:
-    """The reward kernel's `fit` (rl/reward.py) of each word row at the position."""
-    lists = setup.lists
-    history_rows = np.array([lists.index(t.guess) for t in position.state.turns], dtype=np.int64)
-    history_patterns = np.array([t.pattern for t in position.state.turns], dtype=np.int64)
-    return _fit_kernel(lists.allowed_codes, rows, history_rows, history_patterns)
-
-
-def naming_context(tokenizer, position: EndgamePosition) -> list[int]:
-    """The prompt and the teacher's true thought up to and with ` Only`: the next token names the word."""
-    answer = truthful_answer(position.state, position.secret)
-    cut = answer.rindex(NAMING)
-    return (prompt_tokens(tokenizer, position.state, position.rejected)
-            + tokenizer.encode(answer[:cut], add_special_tokens=False)
-            + tokenizer.encode(NAMING.rstrip(), add_special_tokens=False))
 
 
 def word_logits(model: nn.Module, contexts: list[list[int]], token_ids: mx.array) -> mx.array:
@@ -173,12 +145,6 @@ def anchored_loss(model: nn.Module, sequences: list[tuple[list[int], int, int]],
     return tilt + anchor * anchor_nll, tilt, anchor_nll
 
 
-def one_candidate_positions(setup: Setup, words: list[str], count: int, seed: int) -> list[EndgamePosition]:
-    """`count` teacher positions with one candidate left: each game's first position with one."""
-    solver = setup.solver().for_histories() if setup.secret_kind == "allowed" else setup.solver()
-    return teacher_positions(setup, solver, words, count, seed, max_candidates=1)
-
-
 def diagnose(model, tokenizer, setup: Setup, positions: list[EndgamePosition], token_ids: np.ndarray,
              words: list[str], beta: float) -> list[dict]:
     """Per position: the secret's rank among the single-token words, its probability among them,
@@ -189,7 +155,7 @@ def diagnose(model, tokenizer, setup: Setup, positions: list[EndgamePosition], t
     for position in positions:
         if position.secret not in index:
             continue
-        fits = fit_shares(setup, position, rows)
+        fits = fit_shares(position.state, rows)
         logits = np.array(word_logits(model, [naming_context(tokenizer, position)], mx.array(token_ids))[0])
         log_p = logits - np.logaddexp.reduce(logits)
         tilted = logits + fits / beta
@@ -305,7 +271,7 @@ def main(model, adapters, out, steps, batch_size, lr, beta, save_every, seed, se
             if not batch:
                 break
             t0 = time.time()
-            fits = mx.array(np.stack([fit_shares(setup, p, rows) for p in batch]), dtype=mx.float32)
+            fits = mx.array(np.stack([fit_shares(p.state, rows) for p in batch]), dtype=mx.float32)
             if anchor:
                 sequences = [answer_sequence(tokenizer, p) for p in batch]
                 (_, loss, anchor_nll), grads = loss_and_grad(loaded, sequences, ids, fits, beta, center, anchor)

@@ -410,7 +410,7 @@ def test_naming_tilt_scores_every_word_by_the_reward_kernels_fit(tiny_model_dir,
     position = position_at(setup, "bunny", ["salet", "crony", "fudge"])
     words = ["bunny", "crane", "funny", "sunny", "lowly"]
     rows = np.array([setup.lists.index(w) for w in words], dtype=np.int64)
-    fits = fit_shares(setup, position, rows)
+    fits = fit_shares(position.state, rows)
     scorer = RewardScorer(setup, RewardWeights(fit=1.0))
     answers = [format_answer("x", w) for w in words]
     assert np.allclose(fits, scorer.score(answers, position.state).component("fit"))
@@ -582,7 +582,7 @@ def test_naming_probe_readout_attached_to_the_model_gives_the_fitted_logits(tiny
 def test_naming_probe_states_are_each_contexts_last_state_whatever_the_batch(setup, tiny_model_dir):  # noqa: F811
     """studies/naming_probe.py: batching by length pads and reorders, yet each position's state
     is its own context's final state at the naming token, in the positions' order."""
-    from studies.naming_probe import naming_states
+    from rl.naming_head import naming_states
     from studies.naming_tilt import naming_context, one_candidate_positions
 
     model, tokenizer = load_model(str(tiny_model_dir))
@@ -629,13 +629,14 @@ def test_spelling_probe_reads_letters_that_the_features_carry():
 
 
 def test_word_steering_names_whole_words_by_their_scores_and_never_a_banned_one(tiny_model_dir):  # noqa: F811
-    """studies/word_steering.py: at the gate token each answer names a whole word (its tokens in
+    """llm/word_steering.py: at the gate token each answer names a whole word (its tokens in
     order, several-token words too) by the published scores, skipping its own banned words;
     an answer whose input is not the gate is the model's; several answers keep their own rows."""
     from llm.generation import SamplingSettings, sample
     import mlx.nn as nn
 
-    from studies.word_steering import ScorePublisher, WordSteering, WordTokens, continuation_offsets
+    from llm.word_steering import ScorePublisher, WordSteering, WordTokens
+    from studies.word_steering import continuation_offsets
 
     model, tokenizer = load_model(str(tiny_model_dir))
     words = ["crane", "slate", "jumpy", "vowel", "ghost"]
@@ -663,7 +664,7 @@ def test_word_steering_names_whole_words_by_their_scores_and_never_a_banned_one(
 
     ranking = np.array([0.0, 40.0, 60.0, 20.0, -10.0], np.float32)  # jumpy, then slate, then vowel
     gate = tokenizer.encode(" the", add_special_tokens=False)[-1]
-    publisher = ScorePublisher(model, lambda h: mx.broadcast_to(mx.array(ranking), (h.shape[0], len(words))), gate)
+    publisher = ScorePublisher(model, lambda h: mx.broadcast_to(mx.array(ranking), (h.shape[0], len(words))), (gate,))
     prompt = tokenizer.encode("Turn 1 of 6. Only the", add_special_tokens=False)
     assert prompt[-1] == gate
     free = tokenizer.encode("Turn 1 of 6.", add_special_tokens=False)

@@ -1,0 +1,109 @@
+"""A naming head: every allowed word's score at the token before the model names the one left.
+
+The SFT model reaches positions where one answer fits in most games and then names it in few
+(results/endgame-rl/): its state at ` Only` reads the clues (results/naming-probe/), but its next-
+token logits name the last guess or a word the clues rule out. The head scores each allowed word
+w from that final hidden state h:
+
+    score(w) = e(w) . (h + up @ down @ h) + offset(w) + spelling(w) . (letters @ h)
+
+e(w) is the model's own (tied) embedding of w's first token, so with the head at zero the scores
+are the model's logits, and `offset` shares that token among the words that start with it
+(-log of their number: the model's logits say nothing of how a first token splits). The rank-r
+correction moves words through the model's embeddings, the letter scores through each word's
+own spelling (which place holds which letter, which letters it holds): a clue is a statement
+about those, which a token embedding cannot spell. rl/naming_head.py fits it; sampling by it is
+llm/word_steering.py.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from common.errors import UserError
+from common.fileio import atomic_write
+from llm.format import NAMING_WORD
+
+HEAD_FILE = "naming_head.npz"  # beside the adapter it was fitted on: eval uses it when present
+LETTERS = 26
+SPELLING_FEATURES = 6 * LETTERS  # a letter at each of 5 places, then which letters the word holds
+
+
+def spelling_features(words: list[str] | tuple[str, ...]) -> np.ndarray:
+    """(words, 156): each place's letter one-hot (5 x 26), then which letters the word holds (26)."""
+    letters = np.array([[ord(c) - ord("a") for c in w] for w in words], dtype=np.int64)
+    features = np.zeros((len(words), SPELLING_FEATURES), dtype=np.float32)
+    rows = np.arange(len(words))
+    for place in range(5):
+        features[rows, place * LETTERS + letters[:, place]] = 1.0
+        features[rows, 5 * LETTERS + letters[:, place]] = 1.0
+    return features
+
+
+def readout_logits(states: mx.array, embeddings: mx.array, down: mx.array, up: mx.array,
+                   letters: mx.array | None = None, spelling: mx.array | None = None,
+                   offsets: mx.array | None = None) -> mx.array:
+    """Word scores (the module docstring's formula) for the states (rows, hidden): `embeddings`
+    holds each word's first token's embedding, `spelling` each word's `spelling_features`."""
+    logits = (states + (states @ down.T) @ up.T) @ embeddings.T
+    if offsets is not None:
+        logits = logits + offsets
+    if letters is not None:
+        logits = logits + (states @ letters.T) @ spelling.T
+    return logits
+
+
+def naming_tokens(tokenizer) -> tuple[int, ...]:
+    """The tokens of ` Only`, which the model reads just before it names the word: where the head
+    acts (one token for SmolLM2's tokenizer; a tokenizer may split it)."""
+    return tuple(tokenizer.encode(" " + NAMING_WORD, add_special_tokens=False))
+
+
+@dataclass(frozen=True)
+class NamingHead:
+    """The fitted parameters: `down` (rank, hidden), `up` (hidden, rank), `letters` (156, hidden),
+    and the β of the target it was fitted toward (a record, not used when scoring)."""
+
+    down: np.ndarray
+    up: np.ndarray
+    letters: np.ndarray
+    beta: float
+
+    @property
+    def hidden(self) -> int:
+        return self.down.shape[1]
+
+    def save(self, path: str | os.PathLike) -> None:
+        def write(tmp: str) -> None:
+            with open(tmp, "wb") as f:
+                np.savez(f, down=self.down, up=self.up, letters=self.letters, beta=np.float64(self.beta))
+
+        atomic_write(path, write)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> NamingHead:
+        """The head at `path`; a file that is not one is a one-line `UserError`."""
+        try:
+            with np.load(path) as saved:
+                head = cls(*(np.asarray(saved[k], np.float32) for k in ("down", "up", "letters")),
+                           float(saved["beta"]))
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as err:
+            raise UserError(f"{path} is not a naming head ({type(err).__name__}: {str(err)[:80]})") from err
+        rank, hidden = head.down.shape if head.down.ndim == 2 else (0, 0)
+        if head.up.shape != (hidden, rank) or head.letters.shape != (SPELLING_FEATURES, hidden) or not rank:
+            raise UserError(f"{path} is not a naming head: its arrays' shapes do not fit together")
+        return head
+
+
+def head_beside(adapter: str | os.PathLike | None) -> Path | None:
+    """The naming head saved beside `adapter` (its folder's `HEAD_FILE`), if there is one."""
+    if adapter is None:
+        return None
+    path = Path(adapter) / HEAD_FILE
+    return path if path.is_file() else None

@@ -1,0 +1,169 @@
+"""Sampling that names a whole allowed word by a naming head's scores (llm/naming_head.py).
+
+At the naming token (the input ` Only`) each word-opening token's logit becomes the log-sum of
+the scores of the words it opens; each later token of the word is chosen among the tokens that
+continue some word, by the log-sum of the scores of the words below it, until the word is
+whole; then the model goes on by itself. So a word of several tokens is named with the
+probability its score gives it, not with its first token's. Words already guessed or refused
+at the position score nothing: the game refuses them again and the reward scores a repeat
+the floor. The rest of every answer is the model's own.
+
+The scores come from the hidden state at the naming token, which only the model sees, and the
+choice is per answer, which only a logits processor follows: `ScorePublisher` wraps the model
+and hands each generation step's rows to the processors, which mlx-lm's batch generator calls
+in row order right after the model (each checks that its row is its own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from common.errors import UserError
+from llm.format import Rejection
+from llm.naming_head import NamingHead, naming_tokens, readout_logits, spelling_features
+from solver.state import GameState
+
+
+@dataclass(frozen=True)
+class WordTokens:
+    """Every word's tokens (with its leading space), and what the readout needs of them."""
+    words: tuple[str, ...]
+    sequences: tuple[tuple[int, ...], ...]
+    first: np.ndarray  # each word's first token
+    offsets: np.ndarray  # -log(words sharing that first token): 0 for a single-token word
+    padded: np.ndarray  # (words, longest) the sequences, -1 past a word's end: steering filters with it
+
+    @classmethod
+    def of(cls, tokenizer, words: list[str]) -> WordTokens:
+        sequences = tuple(tuple(tokenizer.encode(" " + w, add_special_tokens=False)) for w in words)
+        first = np.array([s[0] for s in sequences], dtype=np.int64)
+        _, inverse, counts = np.unique(first, return_inverse=True, return_counts=True)
+        padded = np.full((len(words), max(len(s) for s in sequences) + 1), -1, dtype=np.int64)
+        for row, sequence in enumerate(sequences):
+            padded[row, :len(sequence)] = sequence
+        return cls(tuple(words), sequences, first, -np.log(counts[inverse]).astype(np.float32), padded)
+
+
+class ScorePublisher(nn.Module):
+    """The model, unchanged, that also scores every word at the rows whose input is the last of
+    the `naming` tokens (a generation step, one token per row) and keeps those scores for the
+    step's processors (which check that the tokens before it are the rest of `naming`)."""
+
+    def __init__(self, model: nn.Module, scorer, naming: tuple[int, ...]):
+        super().__init__()
+        self.inner, self.scorer, self.naming = model, scorer, naming
+        self.gate_token = naming[-1]
+        self.rows: list[np.ndarray | None] = []
+        self.cursor = 0
+
+    @property
+    def layers(self) -> list[nn.Module]:
+        return self.inner.layers
+
+    def __call__(self, inputs: mx.array, cache=None, input_embeddings: mx.array | None = None) -> mx.array:
+        hidden = self.inner.model(inputs, cache, input_embeddings)
+        logits = self.inner.model.embed_tokens.as_linear(hidden)
+        self.rows, self.cursor = [None] * inputs.shape[0], 0
+        if inputs.shape[1] == 1:
+            gated = np.array(inputs[:, 0] == self.gate_token)
+            if gated.any():
+                scores = np.array(self.scorer(hidden[:, -1].astype(mx.float32)))
+                self.rows = [scores[row] if gate else None for row, gate in enumerate(gated)]
+        return logits
+
+    def next_row(self) -> np.ndarray | None:
+        """The next row's word scores (None where its input was not the gate)."""
+        if self.cursor >= len(self.rows):
+            raise RuntimeError("more logits processors than rows: the steering lost its rows")
+        row = self.rows[self.cursor]
+        self.cursor += 1
+        return row
+
+
+class WordSteering:
+    """One answer's logits processor: free until the naming token, then the word by its scores."""
+
+    def __init__(self, publisher: ScorePublisher, vocabulary: WordTokens, banned: set[str]):
+        self.publisher, self.vocabulary = publisher, vocabulary
+        self.banned = np.array([w in banned for w in vocabulary.words])
+        self.scores: np.ndarray | None = None
+        self.live: np.ndarray | None = None  # the words the tokens so far still spell
+        self.depth = 0
+
+    def __call__(self, context: mx.array, logits: mx.array) -> mx.array:
+        last = int(context[-1].item())
+        scores = self.publisher.next_row()
+        if (scores is not None) != (last == self.publisher.gate_token):
+            raise RuntimeError("a processor was handed another row's scores")
+        if scores is not None and self._named(context):
+            self.scores, self.depth = np.where(self.banned, -np.inf, scores), 0
+            self.live = np.flatnonzero(~self.banned)
+            return self._first_tokens(logits)
+        if self.live is None:
+            return logits
+        padded = self.vocabulary.padded
+        self.live = self.live[padded[self.live, self.depth] == last]
+        self.depth += 1
+        self.live = self.live[padded[self.live, self.depth] >= 0]
+        if not len(self.live):  # the word is whole (or the model left the words): free again
+            self.live = None
+            return logits
+        steered = np.full(logits.shape[-1], -np.inf, dtype=np.float32)
+        tokens, scores = self._by_token(padded[self.live, self.depth])
+        steered[tokens] = scores
+        return mx.array(steered)[None].astype(logits.dtype)
+
+    def _named(self, context: mx.array) -> bool:
+        """Whether the answer so far ends with the whole naming sequence, not only its last token."""
+        naming = self.publisher.naming
+        return len(naming) == 1 or (context.size >= len(naming) and context[-len(naming):].tolist() == list(naming))
+
+    def _first_tokens(self, logits: mx.array) -> mx.array:
+        """Each word-opening token's logit becomes its words' log-sum; other tokens stay the model's."""
+        tokens, scores = self._by_token(self.vocabulary.first[self.live])
+        steered = np.array(logits[0].astype(mx.float32))
+        steered[self.vocabulary.first] = -np.inf
+        steered[tokens] = scores
+        return mx.array(steered)[None].astype(logits.dtype)
+
+    def _by_token(self, next_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct next tokens of the live words, and the log-sum of their words' scores."""
+        tokens, inverse = np.unique(next_tokens, return_inverse=True)
+        scores = self.scores[self.live]
+        peak = scores.max()
+        sums = np.zeros(len(tokens))
+        np.add.at(sums, inverse, np.exp(scores - peak))
+        with np.errstate(divide="ignore"):
+            return tokens, (np.log(sums) + peak).astype(np.float32)
+
+
+Processor = Callable[[mx.array, mx.array], mx.array]
+
+
+def head_scorer(model: nn.Module, head: NamingHead, vocabulary: WordTokens) -> Callable[[mx.array], mx.array]:
+    """The head's scores of the vocabulary's words from final hidden states (rows, hidden)."""
+    embeddings = model.model.embed_tokens.weight[mx.array(vocabulary.first)].astype(mx.float32)
+    down, up, letters = mx.array(head.down), mx.array(head.up), mx.array(head.letters)
+    spelling, offsets = mx.array(spelling_features(vocabulary.words)), mx.array(vocabulary.offsets)
+    return lambda states: readout_logits(states, embeddings, down, up, letters, spelling, offsets)
+
+
+def steered_model(model: nn.Module, tokenizer, head: NamingHead, words: tuple[str, ...]
+                  ) -> tuple[ScorePublisher, Callable[[GameState, tuple[Rejection, ...]], Processor]]:
+    """The model that publishes the head's scores of `words` at the naming token, and the maker of
+    each answer's processor from its game state and the refusals shown to it."""
+    hidden = model.model.embed_tokens.weight.shape[1]
+    if head.hidden != hidden:
+        raise UserError(f"the naming head was fitted on a model with hidden size {head.hidden}, not {hidden}")
+    vocabulary = WordTokens.of(tokenizer, list(words))
+    publisher = ScorePublisher(model, head_scorer(model, head, vocabulary), naming_tokens(tokenizer))
+
+    def steer(state: GameState, refused: tuple[Rejection, ...]) -> Processor:
+        return WordSteering(publisher, vocabulary, {*state.guesses, *(r.guess for r in refused)})
+
+    return publisher, steer

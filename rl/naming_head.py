@@ -1,0 +1,261 @@
+"""Fit a naming head (llm/naming_head.py): every word's reward at once, where the endgame is lost.
+
+The SFT start reaches a one-candidate position in most games and names the word left in few
+(results/endgame-rl/). Endgame GRPO samples 16 answers there and finds a held-out secret about
+once in 40 (results/endgame-wins-only/): its updates are about the few words it won with. Here
+every allowed word is scored at each position by the reward's `fit` (the share of the feedback
+tiles so far it would have given as the secret: 1 for the words the clues leave; 0 for a word
+already played, which the game refuses and the reward scores the floor), and the head is fitted
+toward the closed-form optimum of KL-regularised reward maximisation at the naming token,
+
+    q(w) ∝ p(w) * exp(fit(w) / beta),
+
+p being the start's own scores (the head at zero), by the cross-entropy from q. Nothing rewards
+a particular word, so memory cannot pay: the training positions are those of training words
+(answers and allowed-only words), the epoch is chosen on held-out validation positions by the
+secret's mean probability among all words, and test words are never read.
+
+The model stays frozen, so its final hidden state at each position's naming token is computed
+once (its longest part: 1.6 s a position on a 2-core CPU) and kept in a states file, saved as it
+grows: a killed run resumes from the states it had, and a refit with another beta reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+
+from common.errors import UserError
+from common.fileio import atomic_write, atomic_write_json
+from common.knobs import knob, knob_like
+from common.options import SEED
+from common.progress import progress_bar
+from eval.endgame import EndgamePosition, teacher_positions
+from eval.splits import held_out_validation, trainable
+from llm.format import NAMING_WORD, prompt_tokens
+from llm.naming_head import HEAD_FILE, NamingHead, naming_tokens, readout_logits, spelling_features
+from llm.word_steering import WordTokens
+from rl.reward import fit_shares
+from sft.cot import truthful_answer
+from solver.setup import Setup, load_setup
+
+RECORD_FILE = "naming_head.json"  # the fit's settings, curve and figures, beside the head
+STATES_FILE = "naming_states.npz"  # the cached states, beside the head unless --states says otherwise
+EVAL_EVERY = 20  # epochs between validation figures (the best of them is kept)
+STATES_CHUNK = 32  # positions per saved piece of the states file
+STATES_BATCH = 8  # positions per forward pass (contexts run 300-380 tokens)
+
+
+@dataclass(frozen=True)
+class HeadSettings:
+    beta: float = knob(0.01, "Temperature of the target p*exp(fit/beta): lower trusts the clues more "
+                             "(0.01 was best on validation of 0.005-0.05).", range=(0, 10), open_low=True,
+                       flag="--beta")
+    rank: int = knob(64, "Rank of the head's correction of the state.", range=(1, 4096), flag="--rank")
+    epochs: int = knob(200, "Full-batch epochs over the training positions.", range=(1, 100_000), flag="--epochs")
+    lr: float = knob(1e-3, "AdamW learning rate.", range=(0, 1), open_low=True, flag="--lr")
+    weight_decay: float = knob(1e-2, "AdamW weight decay.", range=(0, 10), flag="--weight-decay")
+    positions: int = knob(640, "One-candidate positions of training words to fit on.", range=(1, 1_000_000),
+                          flag="--positions")
+    validation_positions: int = knob(100, "One-candidate positions of held-out validation words that choose "
+                                          "the epoch.", range=(1, 1_000_000), flag="--validation-positions")
+    seed: int = knob_like(SEED)
+
+
+def naming_context(tokenizer, position: EndgamePosition) -> list[int]:
+    """The prompt and the teacher's true thought up to and with ` Only`: the next token names the word."""
+    answer = truthful_answer(position.state, position.secret)
+    cut = answer.rindex(f" {NAMING_WORD} ")
+    return (prompt_tokens(tokenizer, position.state, position.rejected)
+            + tokenizer.encode(answer[:cut], add_special_tokens=False)
+            + list(naming_tokens(tokenizer)))
+
+
+def one_candidate_positions(setup: Setup, words: list[str], count: int, seed: int) -> list[EndgamePosition]:
+    """`count` teacher positions with one candidate left: each game's first position with one."""
+    solver = setup.solver().for_histories() if setup.secret_kind == "allowed" else setup.solver()
+    return teacher_positions(setup, solver, words, count, seed, max_candidates=1)
+
+
+def head_positions(settings: HeadSettings) -> dict[str, list[EndgamePosition]]:
+    """The training positions (games on every training word, allowed-only ones too) and the
+    held-out validation ones (games on the answer list's validation words)."""
+    answers = load_setup("answers")
+    return {"train": one_candidate_positions(load_setup("allowed"), sorted(trainable(answers.lists.allowed)),
+                                             settings.positions, settings.seed),
+            "validation": one_candidate_positions(answers, sorted(held_out_validation(answers.lists.answers)),
+                                                  settings.validation_positions, settings.seed + 1)}
+
+
+def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition],
+                  batch: int = STATES_BATCH) -> np.ndarray:
+    """The final (normed) hidden state at the naming token of each position, (positions, hidden).
+    Batched by length, so that little of a batch is padding."""
+    contexts = [naming_context(tokenizer, p) for p in positions]
+    order = sorted(range(len(contexts)), key=lambda i: len(contexts[i]))
+    states = np.zeros((len(contexts), model.model.embed_tokens.weight.shape[1]), dtype=np.float32)
+    for start in range(0, len(order), batch):
+        chosen = order[start:start + batch]
+        width = max(len(contexts[i]) for i in chosen)
+        hidden = model.model(mx.array([contexts[i] + [0] * (width - len(contexts[i])) for i in chosen]))
+        last = mx.array([len(contexts[i]) - 1 for i in chosen])
+        states[chosen] = np.array(hidden[mx.arange(len(chosen)), last].astype(mx.float32))
+    return states
+
+
+def load_states(path: Path, splits: dict[str, list[EndgamePosition]]) -> dict[str, np.ndarray]:
+    """The states a file holds for each split's first positions; refused when the file's positions
+    are not the wanted ones (positions are drawn in a seeded order that does not depend on their
+    count, so a file written for more positions serves fewer, and one for fewer is extended)."""
+    if not path.exists():
+        return {name: np.zeros((0, 0), np.float32) for name in splits}
+    try:
+        with np.load(path) as saved:
+            held = {name: (saved[f"{name}_states"], list(saved[f"{name}_keys"])) for name in splits}
+    except (OSError, ValueError, KeyError, EOFError) as err:
+        raise UserError(f"{path} is not a naming states file ({type(err).__name__}); delete it to start again") \
+            from err
+    states = {}
+    for name, positions in splits.items():
+        array, keys = held[name]
+        shared = min(len(keys), len(positions))
+        if keys[:shared] != [p.key for p in positions[:shared]]:
+            raise UserError(f"{path} holds other {name} positions (another --seed?): use the settings it was "
+                            "written with, or another --states file")
+        states[name] = array[:len(positions)]
+    return states
+
+
+def save_states(path: Path, states: dict[str, np.ndarray], splits: dict[str, list[EndgamePosition]]) -> None:
+    arrays = {}
+    for name, array in states.items():
+        arrays[f"{name}_states"] = array
+        arrays[f"{name}_keys"] = np.array([p.key for p in splits[name][:len(array)]])
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+
+    atomic_write(path, write)
+
+
+def gather_states(model: nn.Module, tokenizer, splits: dict[str, list[EndgamePosition]], path: Path,
+                  show_progress: bool) -> dict[str, np.ndarray]:
+    """Every split's states: those in `path`, then the rest computed `STATES_CHUNK` positions at a
+    time, the file saved after each chunk."""
+    states = load_states(path, splits)
+    missing = sum(len(positions) - len(states[name]) for name, positions in splits.items())
+    with progress_bar("positions", disable=not show_progress or not missing) as progress:
+        task = progress.add_task("naming states", total=missing)
+        for name, positions in splits.items():
+            while len(states[name]) < len(positions):
+                done = len(states[name])
+                chunk = naming_states(model, tokenizer, positions[done:done + STATES_CHUNK])
+                states[name] = np.concatenate([states[name].reshape(done, chunk.shape[1]), chunk])
+                save_states(path, states, splits)
+                progress.advance(task, len(chunk))
+    return states
+
+
+def fit_targets(positions: list[EndgamePosition], words: tuple[str, ...]) -> np.ndarray:
+    """(positions, words): each word's `fit` at each position, 0 for the words already played there."""
+    index = {w: i for i, w in enumerate(words)}
+    rows = np.array([positions[0].state.lists.index(w) for w in words], dtype=np.int64) if positions else None
+    fits = np.zeros((len(positions), len(words)), dtype=np.float32)
+    for row, position in enumerate(positions):
+        fits[row] = fit_shares(position.state, rows)
+        fits[row, [index[t.guess] for t in position.state.turns if t.guess in index]] = 0.0
+    return fits
+
+
+def secret_probabilities(logits: mx.array, secrets: mx.array) -> np.ndarray:
+    """Each position's secret's probability among all the words."""
+    log_p = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    return np.exp(np.array(log_p[mx.arange(len(secrets)), secrets]))
+
+
+def fit_head(model: nn.Module, vocabulary: WordTokens, states: dict[str, np.ndarray], fits: np.ndarray,
+             secrets: dict[str, np.ndarray], settings: HeadSettings) -> tuple[NamingHead, dict]:
+    """The head toward q ∝ p·exp(fit/β) on the training states, full batch with AdamW, and the epoch
+    whose validation secrets' mean probability is highest; with its curve and figures."""
+    embeddings = model.model.embed_tokens.weight[mx.array(vocabulary.first)].astype(mx.float32)
+    offsets, spelling = mx.array(vocabulary.offsets), mx.array(spelling_features(vocabulary.words))
+    hidden = embeddings.shape[1]
+    mx.random.seed(settings.seed)
+    params = {"down": mx.random.normal((settings.rank, hidden)) * (1 / hidden ** 0.5),
+              "up": mx.zeros((hidden, settings.rank)), "letters": mx.zeros((spelling.shape[1], hidden))}
+    h = {name: mx.array(array) for name, array in states.items()}
+    target = mx.softmax(h["train"] @ embeddings.T + offsets + mx.array(fits) / settings.beta, axis=-1)
+
+    def logits_of(name: str, p: dict) -> mx.array:
+        return readout_logits(h[name], embeddings, p["down"], p["up"], p["letters"], spelling, offsets)
+
+    def loss_fn(p: dict) -> mx.array:
+        return -(target * nn.log_softmax(logits_of("train", p), axis=-1)).sum(axis=-1).mean()
+
+    def mean_p(name: str, p: dict) -> float:
+        return float(secret_probabilities(logits_of(name, p), mx.array(secrets[name])).mean())
+
+    before = {name: mean_p(name, params) for name in states}
+    optimizer = optim.AdamW(learning_rate=settings.lr, weight_decay=settings.weight_decay)
+    loss_and_grad = mx.value_and_grad(loss_fn)
+    curve, best = [], (-1.0, 0, params)
+    for epoch in range(1, settings.epochs + 1):
+        loss, grads = loss_and_grad(params)
+        optimizer.update(params, grads)
+        mx.eval(params, optimizer.state)
+        if epoch % EVAL_EVERY == 0 or epoch == settings.epochs:
+            point = {"epoch": epoch, "loss": round(float(loss), 5), "train_mean_p": round(mean_p("train", params), 5),
+                     "validation_mean_p": round(mean_p("validation", params), 5)}
+            curve.append(point)
+            if point["validation_mean_p"] > best[0]:
+                best = (point["validation_mean_p"], epoch, dict(params))
+    chosen = best[2]
+    head = NamingHead(*(np.array(chosen[k]) for k in ("down", "up", "letters")), settings.beta)
+    figures = {"best_epoch": best[1], "curve": curve,
+               "mean_p_before": {name: round(value, 5) for name, value in before.items()},
+               "mean_p_after": {name: round(mean_p(name, chosen), 5) for name in states}}
+    return head, figures
+
+
+def run_naming_head(model_spec: str, adapter: str, settings: HeadSettings, states_path: str | None,
+                    dtype: str = "auto", show_progress: bool = True) -> dict:
+    """`naming-head`: the head fitted on the adapter's states, saved beside it with its record."""
+    from llm.loading import load_model
+
+    folder = Path(adapter)
+    states_file = Path(states_path) if states_path else folder / STATES_FILE
+    started = time.perf_counter()
+    splits = head_positions(settings)
+    load_states(states_file, splits)  # a wrong states file is refused before the model loads
+    model, tokenizer = load_model(model_spec, adapter, dtype)
+    model.eval()
+    states = gather_states(model, tokenizer, splits, states_file, show_progress)
+    gathered = time.perf_counter()
+    vocabulary = WordTokens.of(tokenizer, load_setup("answers").lists.allowed)
+    index = {w: i for i, w in enumerate(vocabulary.words)}
+    secrets = {name: np.array([index[p.secret] for p in positions]) for name, positions in splits.items()}
+    head, figures = fit_head(model, vocabulary, states, fit_targets(splits["train"], vocabulary.words), secrets,
+                             settings)
+    head.save(folder / HEAD_FILE)
+    record = {"model": model_spec, "adapter": str(adapter), "settings": asdict(settings),
+              "positions": {name: len(p) for name, p in splits.items()}, "words": len(vocabulary.words),
+              "states": str(states_file), **figures, "states_seconds": round(gathered - started, 1),
+              "fit_seconds": round(time.perf_counter() - gathered, 1)}
+    atomic_write_json(folder / RECORD_FILE, record)
+    return record
+
+
+def summary_line(record: dict) -> str:
+    """One line of what the fit did, for the terminal."""
+    before, after = record["mean_p_before"]["validation"], record["mean_p_after"]["validation"]
+    return (f"naming head (beta {record['settings']['beta']}, epoch {record['best_epoch']}): held-out validation "
+            f"secret's probability among {record['words']:,} words {before:.3f} -> {after:.3f}; "
+            f"{json.dumps(record['positions'])} positions")
