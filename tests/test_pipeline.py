@@ -15,7 +15,7 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path_factory, tmp_path, monke
     tiny = str(cached_tiny_model(tmp_path_factory.mktemp("tiny")))
     settings = PipelineSettings(model=tiny, sft_games=12, sft_iters=2, rl_steps=2, rl_games=2, group_size=2,
                                 eval_games=3, max_tokens=12, ei_replay=3, ei_drill=2,
-                                ei_drill_depth=2)
+                                ei_drill_depth=2, naming_head=4)
     out = tmp_path / "run"
 
     def killed(*args, **kwargs):
@@ -31,7 +31,10 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path_factory, tmp_path, monke
     # Run again: the finished stages are skipped and RL starts over.
     summary = run_pipeline(out, settings, show_progress=False)
     stages = json.loads((out / STAGES_FILE).read_text())["stages"]
-    assert list(stages) == ["gen-sft", "sft", "rl", "eval-base", "eval-sft", "eval-rl"]
+    assert list(stages) == ["gen-sft", "sft", "rl", "naming-head", "eval-base", "eval-sft", "eval-rl"]
+    assert stages["naming-head"]["positions"] == {"train": 4, "validation": 100}
+    policies = [json.loads((out / f"eval-{m}.json").read_text())["policy"] for m in MODELS]
+    assert policies[2].endswith("+naming head") and "naming head" not in policies[1]  # RL plays with it
     assert (out / "sft" / "adapter" / "adapters.safetensors").is_file()
     assert (out / "rl" / "adapter" / "adapters.safetensors").is_file()
     secrets = [[g["secret"] for g in json.loads((out / f"eval-{m}.json").read_text())["per_game"]] for m in MODELS]
