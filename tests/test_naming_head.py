@@ -186,3 +186,31 @@ def test_naming_head_mistakes_are_one_line_and_exit_2_before_any_work(tiny_model
     result = CliRunner().invoke(cli, ["eval", "--model", str(tiny_model_dir), "--adapter", str(tiny_adapter),
                                       "--games", "1", "--quiet", "--constrain-guess"])
     assert result.exit_code == 2 and "--no-naming-head" in result.output
+
+
+def test_a_killed_fit_resumes_from_the_states_it_saved(tiny_model_dir, tiny_adapter, monkeypatch):  # noqa: F811
+    """The states are saved a chunk at a time: killed in its second chunk, the run keeps the first,
+    and run again it computes only the positions it lacks."""
+    import rl.naming_head as naming_head
+
+    computed, kill = [], [True]
+    real = naming_head.naming_states
+
+    def counted(model, tokenizer, positions, batch=naming_head.STATES_BATCH):
+        if len(computed) == 1 and kill[0]:
+            raise KeyboardInterrupt
+        computed.append(len(positions))
+        return real(model, tokenizer, positions, batch)
+
+    monkeypatch.setattr(naming_head, "STATES_CHUNK", 2)
+    monkeypatch.setattr(naming_head, "naming_states", counted)
+    settings = HeadSettings(positions=3, validation_positions=2, epochs=2, rank=2)
+    with pytest.raises(KeyboardInterrupt):
+        naming_head.run_naming_head(str(tiny_model_dir), str(tiny_adapter), settings, None, show_progress=False)
+    splits = head_positions(settings)
+    assert [len(a) for a in load_states(tiny_adapter / STATES_FILE, splits).values()] == [2, 0]
+    assert not (tiny_adapter / HEAD_FILE).exists()
+    kill[0] = False
+    naming_head.run_naming_head(str(tiny_model_dir), str(tiny_adapter), settings, None, show_progress=False)
+    assert computed == [2, 1, 2]  # the first chunk, then only the train position and the validation ones left
+    assert (tiny_adapter / HEAD_FILE).exists()
