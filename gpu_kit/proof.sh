@@ -6,7 +6,8 @@
 #   bash gpu_kit/proof.sh run     # the last part, then: install, SFT (or a carried adapter),
 #                                 # endgame benchmark and games of the start (or its carried
 #                                 # games), endgame RL, the same benchmark and games of RUN/best,
-#                                 # the compares
+#                                 # the compares; with HEAD=1, instead of RL: a naming head fitted
+#                                 # on the start and the same benchmark and games with it
 # Every stage adds its files to $OUT/results.tar as soon as it ends, so a run cut short still brings
 # back what it finished; a call brings back at most 8 files (64 MiB), hence one tar of the small
 # ones. The knobs below default to the GPU proof; tests run it on a CPU, tiny.
@@ -38,6 +39,8 @@ BENCH=${BENCH:-1}                                     # 1: bench/gpu.py first (i
 BENCH_S=${BENCH_S:-150}                               # the bench's time limit
 DTYPE=${DTYPE:-auto}                                  # eval's and rl's --dtype
 SEED=${SEED:-0}
+HEAD=${HEAD:-0}                                       # 1: the naming head instead of RL (issue 35)
+HEAD_POSITIONS=${HEAD_POSITIONS:-640}                 # its training positions (naming-head --positions)
 
 stash() {  # everything this call carried under .devkit/: kit parts, an adapter, returned tar parts
     mkdir -p "$KIT_STASH"
@@ -109,6 +112,23 @@ keep_kernels() {  # mlx's compiled kernels go back, for the next run to skip com
     fi
 }
 
+naming_head() {  # ADAPTER: a naming head fitted on a copy of it, then the start's endgame positions and
+    # test games again with the head, paired with the start's
+    local folder=$RUN/head-adapter
+    mkdir -p "$folder" && cp "$1"/adapter_config.json "$1"/adapters.safetensors "$folder"/
+    stage "naming head on $1 ($HEAD_POSITIONS training positions)"
+    python3 cli.py naming-head --model "$MODEL" --adapter "$folder" --positions "$HEAD_POSITIONS" --seed "$SEED" \
+        --dtype "$DTYPE" --quiet --json "$RUN/naming-head.json"
+    bring_back "$RUN/naming-head.json" "$folder/naming_head.npz"
+    stage "the start with its naming head on the same endgame positions and test games"
+    answer_endgame "$folder" "$RUN/endgame-head.json"
+    python3 cli.py eval --compare "$RUN/endgame-sft.json" "$RUN/endgame-head.json" --json "$RUN/endgame-head-paired.json"
+    bring_back "$RUN/endgame-head-paired.json"
+    play_test_games "$folder" "$RUN/eval-head.json"
+    python3 cli.py eval --compare "$RUN/eval-sft.json" "$RUN/eval-head.json" --json "$RUN/head-paired.json"
+    bring_back "$RUN/head-paired.json"
+}
+
 last_checkpoint() { ls -d "$RUN"/rl/checkpoints/step-* 2>/dev/null | tail -1; }
 
 run() {
@@ -172,6 +192,7 @@ run() {
         eval_s=$(since "$started")
     fi
     keep_kernels
+    if [ "$HEAD" = 1 ]; then naming_head "$adapter"; keep_kernels; stage "done"; return 0; fi
 
     local rl_s=$(( $(left) - eval_s - eval_s / 4 - 15 ))
     if [ "$rl_s" -lt 60 ]; then stage "no time left for RL (${rl_s}s)"; return 0; fi

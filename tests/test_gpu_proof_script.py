@@ -78,6 +78,39 @@ def test_proof_script_runs_every_stage_and_brings_back_its_files(tmp_path: Path,
     assert paired["paired_wins"]["games"] == 2
 
 
+def test_proof_script_with_head_fits_it_on_the_start_and_plays_the_same_positions_and_games(
+        tmp_path: Path, tiny_model_dir: Path) -> None:  # noqa: F811
+    """HEAD=1: no RL; the naming head on a copy of the carried adapter, its file and record brought
+    back, and the start's endgame positions and test games played again with it, paired."""
+    from llm.adapter_files import save_adapter
+    from llm.loading import load_model
+    from sft.lora import AdapterSettings, attach_adapter, trainable_weights
+
+    model, _ = load_model(str(tiny_model_dir))
+    config = attach_adapter(model, AdapterSettings(rank=2))
+    adapter = save_adapter(tmp_path / "start", trainable_weights(model), config)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(
+        os.environ, OUT=str(out), KIT="0", MODEL=str(tiny_model_dir), RUN=str(tmp_path / "run"), HEAD="1",
+        HEAD_POSITIONS="4", START_ADAPTER=str(adapter), BUDGET_S="600", EVAL_GAMES="2", EVAL_BATCH="2",
+        ENDGAME_POSITIONS="4", BENCH="0", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    )
+    result = subprocess.run(["bash", str(SCRIPT), "run"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["log.txt", "results.tar"]
+    results = unpacked(out / "results.tar", tmp_path / "results")
+    assert sorted(p.name for p in results.iterdir()) == [
+        "endgame-head-paired.json", "endgame-head.json", "endgame-sft.json", "eval-head.json", "eval-sft.json",
+        "head-paired.json", "naming-head.json", "naming_head.npz"]
+    head = json.loads((results / "eval-head.json").read_text())
+    assert head["policy"].endswith("+naming head") and json.loads((results / "head-paired.json").read_text())[
+        "paired_wins"]["games"] == 2
+    assert json.loads((results / "naming-head.json").read_text())["positions"]["train"] == 4
+    assert not (adapter / "naming_head.npz").exists()  # the carried adapter is left as it came
+    assert "rl for at most" not in (out / "log.txt").read_text()
+
+
 def unpacked(tar: Path, folder: Path) -> Path:
     folder.mkdir()
     subprocess.run(["tar", "-xf", str(tar), "-C", str(folder)], check=True)
