@@ -121,12 +121,17 @@ naming_head() {  # ADAPTER: a naming head fitted on a copy of it, then the start
         --dtype "$DTYPE" --quiet --json "$RUN/naming-head.json"
     bring_back "$RUN/naming-head.json" "$folder/naming_head.npz"
     stage "the start with its naming head on the same endgame positions and test games"
-    answer_endgame "$folder" "$RUN/endgame-head.json"
-    python3 cli.py eval --compare "$RUN/endgame-sft.json" "$RUN/endgame-head.json" --json "$RUN/endgame-head-paired.json"
-    bring_back "$RUN/endgame-head-paired.json"
-    play_test_games "$folder" "$RUN/eval-head.json"
-    python3 cli.py eval --compare "$RUN/eval-sft.json" "$RUN/eval-head.json" --json "$RUN/head-paired.json"
-    bring_back "$RUN/head-paired.json"
+    beside_start "$folder" head endgame-head-paired.json head-paired.json
+}
+
+beside_start() {  # POLICY NAME ENDGAME_PAIRED GAMES_PAIRED: the start's endgame positions and test games
+    # played by POLICY (as endgame-NAME.json, eval-NAME.json), each paired with the start's
+    answer_endgame "$1" "$RUN/endgame-$2.json"
+    python3 cli.py eval --compare "$RUN/endgame-sft.json" "$RUN/endgame-$2.json" --json "$RUN/$3"
+    bring_back "$RUN/$3"
+    play_test_games "$1" "$RUN/eval-$2.json"
+    python3 cli.py eval --compare "$RUN/eval-sft.json" "$RUN/eval-$2.json" --json "$RUN/$4"
+    bring_back "$RUN/$4"
 }
 
 last_checkpoint() { ls -d "$RUN"/rl/checkpoints/step-* 2>/dev/null | tail -1; }
@@ -227,12 +232,7 @@ run() {
         send_back rl-policy -C "$RUN" rl/start_adapter "$step/adapter_config.json" "$step/adapters.safetensors"
     fi
     stage "the RL policy ($policy) on the same endgame positions and test games"
-    answer_endgame "$policy" "$RUN/endgame-rl.json"
-    python3 cli.py eval --compare "$RUN/endgame-sft.json" "$RUN/endgame-rl.json" --json "$RUN/endgame-paired.json"
-    bring_back "$RUN/endgame-paired.json"
-    play_test_games "$policy" "$RUN/eval-rl.json"
-    python3 cli.py eval --compare "$RUN/eval-sft.json" "$RUN/eval-rl.json" --json "$RUN/paired.json"
-    bring_back "$RUN/paired.json"
+    beside_start "$policy" rl endgame-paired.json paired.json
     keep_kernels
     stage "done"
 }
