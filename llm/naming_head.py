@@ -7,7 +7,7 @@ w from that final hidden state h:
 
     score(w) = e(w) . (h + up @ down @ h) + offset(w) + spelling(w) . (letters @ h)
 
-e(w) is the model's own (tied) embedding of w's first token, so with the head at zero the scores
+e(w) is the model's own output embedding of w's first token, so with the head at zero the scores
 are the model's logits, and `offset` shares that token among the words that start with it
 (-log of their number: the model's logits say nothing of how a first token splits). The rank-r
 correction moves words through the model's embeddings, the letter scores through each word's

@@ -67,7 +67,7 @@ class ScorePublisher(nn.Module):
 
     def __call__(self, inputs: mx.array, cache=None, input_embeddings: mx.array | None = None) -> mx.array:
         hidden = self.inner.model(inputs, cache, input_embeddings)
-        logits = self.inner.model.embed_tokens.as_linear(hidden)
+        logits = output_layer(self.inner)(hidden)
         self.rows, self.cursor = [None] * inputs.shape[0], 0
         if inputs.shape[1] == 1:
             gated = np.array(inputs[:, 0] == self.gate_token)
@@ -145,11 +145,23 @@ class WordSteering:
 Processor = Callable[[mx.array, mx.array], mx.array]
 
 
+def output_layer(model: nn.Module) -> Callable[[mx.array], mx.array]:
+    """Final hidden states to next-token logits, as the model makes them (tied embeddings or a head)."""
+    return model.model.embed_tokens.as_linear if model.args.tie_word_embeddings else model.lm_head
+
+
+def word_basis(model: nn.Module, vocabulary: WordTokens) -> tuple[mx.array, mx.array, mx.array]:
+    """What a head scores each word through: its first token's output embedding, its spelling
+    features and its share of that token (the `readout_logits` arguments besides the head's own)."""
+    weight = model.model.embed_tokens.weight if model.args.tie_word_embeddings else model.lm_head.weight
+    return (weight[mx.array(vocabulary.first)].astype(mx.float32), mx.array(spelling_features(vocabulary.words)),
+            mx.array(vocabulary.offsets))
+
+
 def head_scorer(model: nn.Module, head: NamingHead, vocabulary: WordTokens) -> Callable[[mx.array], mx.array]:
     """The head's scores of the vocabulary's words from final hidden states (rows, hidden)."""
-    embeddings = model.model.embed_tokens.weight[mx.array(vocabulary.first)].astype(mx.float32)
+    embeddings, spelling, offsets = word_basis(model, vocabulary)
     down, up, letters = mx.array(head.down), mx.array(head.up), mx.array(head.letters)
-    spelling, offsets = mx.array(spelling_features(vocabulary.words)), mx.array(vocabulary.offsets)
     return lambda states: readout_logits(states, embeddings, down, up, letters, spelling, offsets)
 
 
@@ -157,7 +169,7 @@ def steered_model(model: nn.Module, tokenizer, head: NamingHead, words: tuple[st
                   ) -> tuple[ScorePublisher, Callable[[GameState, tuple[Rejection, ...]], Processor]]:
     """The model that publishes the head's scores of `words` at the naming token, and the maker of
     each answer's processor from its game state and the refusals shown to it."""
-    hidden = model.model.embed_tokens.weight.shape[1]
+    hidden = model.args.hidden_size
     if head.hidden != hidden:
         raise UserError(f"the naming head was fitted on a model with hidden size {head.hidden}, not {hidden}")
     vocabulary = WordTokens.of(tokenizer, list(words))

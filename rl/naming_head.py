@@ -40,8 +40,8 @@ from common.progress import progress_bar
 from eval.endgame import EndgamePosition, teacher_positions
 from eval.splits import held_out_validation, trainable
 from llm.format import NAMING_WORD, prompt_tokens
-from llm.naming_head import HEAD_FILE, NamingHead, naming_tokens, readout_logits, spelling_features
-from llm.word_steering import WordTokens
+from llm.naming_head import HEAD_FILE, NamingHead, naming_tokens, readout_logits
+from llm.word_steering import WordTokens, word_basis
 from rl.reward import fit_shares
 from sft.cot import truthful_answer
 from solver.setup import Setup, load_setup
@@ -100,7 +100,7 @@ def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition],
     Batched by length, so that little of a batch is padding."""
     contexts = [naming_context(tokenizer, p) for p in positions]
     order = sorted(range(len(contexts)), key=lambda i: len(contexts[i]))
-    states = np.zeros((len(contexts), model.model.embed_tokens.weight.shape[1]), dtype=np.float32)
+    states = np.zeros((len(contexts), model.args.hidden_size), dtype=np.float32)
     for start in range(0, len(order), batch):
         chosen = order[start:start + batch]
         width = max(len(contexts[i]) for i in chosen)
@@ -185,8 +185,7 @@ def fit_head(model: nn.Module, vocabulary: WordTokens, states: dict[str, np.ndar
              secrets: dict[str, np.ndarray], settings: HeadSettings) -> tuple[NamingHead, dict]:
     """The head toward q ∝ p·exp(fit/β) on the training states, full batch with AdamW, and the epoch
     whose validation secrets' mean probability is highest; with its curve and figures."""
-    embeddings = model.model.embed_tokens.weight[mx.array(vocabulary.first)].astype(mx.float32)
-    offsets, spelling = mx.array(vocabulary.offsets), mx.array(spelling_features(vocabulary.words))
+    embeddings, spelling, offsets = word_basis(model, vocabulary)
     hidden = embeddings.shape[1]
     mx.random.seed(settings.seed)
     params = {"down": mx.random.normal((settings.rank, hidden)) * (1 / hidden ** 0.5),
