@@ -147,10 +147,9 @@ def save_states(path: Path, states: dict[str, np.ndarray], splits: dict[str, lis
 
 
 def gather_states(model: nn.Module, tokenizer, splits: dict[str, list[EndgamePosition]], path: Path,
-                  show_progress: bool) -> dict[str, np.ndarray]:
-    """Every split's states: those in `path`, then the rest computed `STATES_CHUNK` positions at a
-    time, the file saved after each chunk."""
-    states = load_states(path, splits)
+                  states: dict[str, np.ndarray], show_progress: bool) -> dict[str, np.ndarray]:
+    """Every split's states: those already read from `path` (`load_states`), then the rest computed
+    `STATES_CHUNK` positions at a time, the file saved after each chunk."""
     missing = sum(len(positions) - len(states[name]) for name, positions in splits.items())
     with progress_bar("positions", disable=not show_progress or not missing) as progress:
         task = progress.add_task("naming states", total=missing)
@@ -233,10 +232,10 @@ def run_naming_head(model_spec: str, adapter: str, settings: HeadSettings, state
     states_file = Path(states_path) if states_path else folder / STATES_FILE
     started = time.perf_counter()
     splits = head_positions(settings)
-    load_states(states_file, splits)  # a wrong states file is refused before the model loads
+    held = load_states(states_file, splits)  # read first: a wrong states file is refused before the model loads
     model, tokenizer = load_model(model_spec, adapter, dtype)
     model.eval()
-    states = gather_states(model, tokenizer, splits, states_file, show_progress)
+    states = gather_states(model, tokenizer, splits, states_file, held, show_progress)
     gathered = time.perf_counter()
     vocabulary = WordTokens.of(tokenizer, load_setup("answers").lists.allowed)
     index = {w: i for i, w in enumerate(vocabulary.words)}
