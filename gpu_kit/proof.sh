@@ -40,7 +40,7 @@ BENCH_S=${BENCH_S:-150}                               # the bench's time limit
 DTYPE=${DTYPE:-auto}                                  # eval's and rl's --dtype
 SEED=${SEED:-0}
 HEAD=${HEAD:-0}                                       # 1: the naming head instead of RL (issue 35)
-HEAD_POSITIONS=${HEAD_POSITIONS:-640}                 # its training positions (naming-head --positions)
+HEAD_POSITIONS=${HEAD_POSITIONS:-2560}                # its training positions (naming-head --positions)
 
 stash() {  # everything this call carried under .devkit/: kit parts, an adapter, returned tar parts
     mkdir -p "$KIT_STASH"

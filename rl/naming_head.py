@@ -62,8 +62,9 @@ class HeadSettings:
     epochs: int = knob(200, "Full-batch epochs over the training positions.", range=(1, 100_000), flag="--epochs")
     lr: float = knob(1e-3, "AdamW learning rate.", range=(0, 1), open_low=True, flag="--lr")
     weight_decay: float = knob(1e-2, "AdamW weight decay.", range=(0, 10), flag="--weight-decay")
-    positions: int = knob(640, "One-candidate positions of training words to fit on.", range=(1, 1_000_000),
-                          flag="--positions")
+    positions: int = knob(2560, "One-candidate positions of training words to fit on (more closed more held-out "
+                                "positions, results/head-scale/; each costs one model pass).",
+                          range=(1, 1_000_000), flag="--positions")
     validation_positions: int = knob(100, "One-candidate positions of held-out validation words that choose "
                                           "the epoch.", range=(1, 1_000_000), flag="--validation-positions")
     seed: int = knob_like(SEED)
@@ -252,8 +253,10 @@ def run_naming_head(model_spec: str, adapter: str, settings: HeadSettings, state
 
 
 def summary_line(record: dict) -> str:
-    """One line of what the fit did, for the terminal."""
-    before, after = record["mean_p_before"]["validation"], record["mean_p_after"]["validation"]
-    return (f"naming head (beta {record['settings']['beta']}, epoch {record['best_epoch']}): held-out validation "
-            f"secret's probability among {record['words']:,} words {before:.3f} -> {after:.3f}; "
+    """One line of what the fit did, for the terminal: the secret's probability on held-out
+    validation positions beside the training ones, so that skill is told from memory."""
+    before, after = record["mean_p_before"], record["mean_p_after"]
+    return (f"naming head (beta {record['settings']['beta']}, epoch {record['best_epoch']}): secret's probability "
+            f"among {record['words']:,} words, held-out validation {before['validation']:.3f} -> "
+            f"{after['validation']:.3f} (training positions {before['train']:.3f} -> {after['train']:.3f}); "
             f"{json.dumps(record['positions'])} positions")

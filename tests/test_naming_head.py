@@ -130,7 +130,7 @@ def test_naming_head_command_fits_resumes_from_its_states_and_eval_plays_with_it
             "--validation-positions", "3", "--epochs", "4", "--rank", "2", "--quiet"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
-    assert "naming head (beta 0.01" in result.output
+    assert "naming head (beta 0.01" in result.output and "training positions" in result.output
     record = json.loads((tiny_adapter / RECORD_FILE).read_text())
     assert record["positions"] == {"train": 6, "validation": 3} and record["words"] == 12972
     assert [p["epoch"] for p in record["curve"]] == [4]
