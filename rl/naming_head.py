@@ -224,6 +224,16 @@ def fit_head(model: nn.Module, vocabulary: WordTokens, states: dict[str, np.ndar
     return head, figures
 
 
+def fit_inputs(tokenizer, splits: dict[str, list[EndgamePosition]]
+               ) -> tuple[WordTokens, dict[str, np.ndarray], np.ndarray]:
+    """What `fit_head` needs besides the states: every allowed word's tokens, each split's secrets
+    as word indices, and the training positions' fit targets."""
+    vocabulary = WordTokens.of(tokenizer, load_setup("answers").lists.allowed)
+    index = {w: i for i, w in enumerate(vocabulary.words)}
+    secrets = {name: np.array([index[p.secret] for p in positions]) for name, positions in splits.items()}
+    return vocabulary, secrets, fit_targets(splits["train"], vocabulary.words)
+
+
 def run_naming_head(model_spec: str, adapter: str, settings: HeadSettings, states_path: str | None,
                     dtype: str = "auto", show_progress: bool = True) -> dict:
     """`naming-head`: the head fitted on the adapter's states, saved beside it with its record."""
@@ -238,11 +248,8 @@ def run_naming_head(model_spec: str, adapter: str, settings: HeadSettings, state
     model.eval()
     states = gather_states(model, tokenizer, splits, states_file, held, show_progress)
     gathered = time.perf_counter()
-    vocabulary = WordTokens.of(tokenizer, load_setup("answers").lists.allowed)
-    index = {w: i for i, w in enumerate(vocabulary.words)}
-    secrets = {name: np.array([index[p.secret] for p in positions]) for name, positions in splits.items()}
-    head, figures = fit_head(model, vocabulary, states, fit_targets(splits["train"], vocabulary.words), secrets,
-                             settings)
+    vocabulary, secrets, fits = fit_inputs(tokenizer, splits)
+    head, figures = fit_head(model, vocabulary, states, fits, secrets, settings)
     head.save(folder / HEAD_FILE)
     record = {"model": model_spec, "adapter": str(adapter), "settings": asdict(settings),
               "positions": {name: len(p) for name, p in splits.items()}, "words": len(vocabulary.words),

@@ -31,12 +31,8 @@ from llm.blas import ensure_fast_blas
               help="Training positions the states file holds (the most any setting uses).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Also write every fit's figures here.")
 def main(settings: tuple[str, ...], adapter: str, states_path: str, positions: int, json_out: str | None) -> None:
-    import numpy as np
-
     from llm.loading import load_model
-    from llm.word_steering import WordTokens
-    from rl.naming_head import HeadSettings, fit_head, fit_targets, head_positions, load_states
-    from solver.setup import load_setup
+    from rl.naming_head import HeadSettings, fit_head, fit_inputs, head_positions, load_states
 
     try:
         variants = [replace(HeadSettings(positions=positions), **json.loads(text)) for text in settings]
@@ -49,10 +45,7 @@ def main(settings: tuple[str, ...], adapter: str, states_path: str, positions: i
     if len(states["train"]) < positions or len(states["validation"]) < len(splits["validation"]):
         raise UserError(f"{states_path} holds fewer positions than asked: run naming-head with them first")
     model, tokenizer = load_model("default", adapter, "auto")
-    vocabulary = WordTokens.of(tokenizer, load_setup("answers").lists.allowed)
-    index = {w: i for i, w in enumerate(vocabulary.words)}
-    secrets = {name: np.array([index[p.secret] for p in ps]) for name, ps in splits.items()}
-    fits = fit_targets(splits["train"], vocabulary.words)
+    vocabulary, secrets, fits = fit_inputs(tokenizer, splits)
     rows = []
     for variant in variants:
         n = variant.positions
