@@ -26,7 +26,7 @@ import click
 import numpy as np
 
 from common.errors import run_script
-from common.fileio import atomic_write_json
+from common.fileio import atomic_write, atomic_write_json
 from llm.blas import ensure_fast_blas
 
 LAYERS = (8, 12, 16, 20, 24)  # of SmolLM2-135M's 30; the final one is read after the model's norm
@@ -108,8 +108,12 @@ def main(adapter: str, positions: int, cache: str, head_states: str | None, json
     path = Path(cache)
     if not path.exists():
         arrays = capture(adapter, positions)
-        with open(path, "wb") as f:
-            np.savez(f, **arrays)
+
+        def write(tmp: str) -> None:  # whole or not at all: a killed capture leaves no cache to trust
+            with open(tmp, "wb") as f:
+                np.savez(f, **arrays)
+
+        atomic_write(path, write)
     with np.load(path) as saved:
         arrays = {key: saved[key] for key in saved.files}
     kinds = sorted({key.split("/")[1] for key in arrays if not key.endswith("secrets")})

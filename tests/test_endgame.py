@@ -677,3 +677,19 @@ def test_word_steering_names_whole_words_by_their_scores_and_never_a_banned_one(
         assert answer.tokens[:len(sequence)] == sequence
     (unsteered,), = sample(model, tokenizer, [free], 1, settings)
     assert answers[3][0].tokens == unsteered.tokens
+
+
+def test_state_probe_reads_letters_from_states_that_hold_them_and_not_from_noise():
+    """studies/state_probe.py: a probe scores a state by how well it names the secret's letter at
+    each place on held-out positions: 1.0 from states that spell the secret, near chance from noise."""
+    from llm.naming_head import spelling_features
+    from studies.state_probe import probe
+
+    rng = np.random.default_rng(0)
+    words = np.array(["crane", "slate", "pious", "dwelt", "mango", "fjord", "quirk", "bylaw"] * 40)
+    spelled = spelling_features(list(words)) + 0.01 * rng.normal(size=(len(words), 156))
+    train, validation = slice(0, 240), slice(240, None)
+    exact = probe(spelled[train], spelled[validation], words[train], words[validation])
+    assert exact["accuracy_by_place"] == [1.0] * 5 and exact["mean_accuracy"] == 1.0
+    noise = rng.normal(size=(len(words), 156))
+    assert probe(noise[train], noise[validation], words[train], words[validation])["mean_accuracy"] < 0.4
