@@ -74,24 +74,23 @@ def capture(adapter: str, positions: int) -> dict[str, np.ndarray]:
     return arrays
 
 
-def letter_targets(secrets: np.ndarray, place: int) -> np.ndarray:
-    return np.array([ord(word[place]) - ord("a") for word in secrets])
-
-
 def probe(train: np.ndarray, validation: np.ndarray, train_secrets: np.ndarray,
           validation_secrets: np.ndarray) -> dict:
-    """The ridge probe's held-out accuracy at each place, for the ridge that scores best."""
+    """The ridge probe's held-out accuracy at each place, for the ridge that scores best. The five
+    places' letters are the first 5 x 26 spelling features, solved for in one system per ridge."""
+    from llm.naming_head import LETTERS, spelling_features
+
+    places = slice(0, 5 * LETTERS)
+    targets = spelling_features(list(train_secrets))[:, places]
+    truth = spelling_features(list(validation_secrets))[:, places].reshape(-1, 5, LETTERS).argmax(axis=2)
     mean, scale = train.mean(axis=0), train.std(axis=0) + 1e-6
     a, b = (train - mean) / scale, (validation - mean) / scale
     best: dict = {}
     for ridge in RIDGE:
-        gram = a.T @ a + ridge * np.eye(a.shape[1])
-        accuracy = []
-        for place in range(5):
-            onehot = np.eye(26)[letter_targets(train_secrets, place)]
-            weights = np.linalg.solve(gram, a.T @ onehot)
-            accuracy.append(float((np.argmax(b @ weights, axis=1) == letter_targets(validation_secrets, place)).mean()))
-        if not best or np.mean(accuracy) > best["mean_accuracy"]:
+        weights = np.linalg.solve(a.T @ a + ridge * np.eye(a.shape[1]), a.T @ targets)
+        named = (b @ weights).reshape(-1, 5, LETTERS).argmax(axis=2)
+        accuracy = [float(hit) for hit in (named == truth).mean(axis=0)]
+        if not best or np.mean(accuracy) > np.mean(best["accuracy_by_place"]):
             best = {"ridge": ridge, "accuracy_by_place": accuracy, "mean_accuracy": round(float(np.mean(accuracy)), 4)}
     return best
 
