@@ -86,7 +86,8 @@ def load_array(path: str | os.PathLike, inputs: str, shape: tuple[int, ...], dty
 
 # -- a folder of files -----------------------------------------------------------------------
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """sha256 of the file's bytes, as hex, read in chunks (a model's weights are hundreds of MB)."""
     h = hashlib.sha256()
     with open(path, "rb") as handle:
         while block := handle.read(_CHUNK):
@@ -96,7 +97,7 @@ def _file_digest(path: Path) -> str:
 
 def write_manifest(folder: Path, inputs: dict) -> None:
     """Record `inputs` and every file's size and sha256 in `folder`/MANIFEST (the last file written)."""
-    files = {p.name: {"bytes": p.stat().st_size, "sha256": _file_digest(p)}
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": file_digest(p)}
              for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST}
     atomic_write_json(folder / MANIFEST, {"inputs": inputs, "files": files})
 
@@ -124,7 +125,7 @@ def manifest_problem(folder: Path, inputs: dict, contents: bool = False) -> str 
                 return f"{name} is missing"
             if size != expected["bytes"]:
                 return f"{name} has {size:,} bytes, not {expected['bytes']:,}"
-            if contents and _file_digest(path) != expected["sha256"]:
+            if contents and file_digest(path) != expected["sha256"]:
                 return f"{name} does not hold what was written"
         except (OSError, KeyError, TypeError):
             return f"{name} cannot be checked"

@@ -100,6 +100,11 @@ def parse_json(text: str, where: str, kind: type | None = dict) -> Any:
     return data
 
 
+def is_number(value, integer: bool = False) -> bool:
+    """A JSON number (true/false are not), a whole one if `integer`."""
+    return isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
+
+
 def read_json(path: str | os.PathLike, what: str, kind: type | None = dict) -> Any:
     """The JSON in `path` (an object by default), checked as `parse_json` does."""
     return parse_json(read_text(path, what), f"{what} {path}", kind)
@@ -109,6 +114,26 @@ def read_jsonl(path: str | os.PathLike, what: str) -> list[tuple[int, str]]:
     """(line number, line) of every non-blank line of a JSON-lines file."""
     return [(number, line) for number, line in enumerate(read_text(path, what).split("\n"), start=1)
             if line.strip()]
+
+
+def read_arrays(path: str | os.PathLike, what: str, fix: str = "") -> dict:
+    """Every array of the .npz file at `path`, read whole (the zip checks each one's CRC); anything
+    that is not such a file (cut short, garbage, a single .npy array, pickled objects) is a one-line
+    UserError saying `path` is not `what`, and then `fix`, what to do about it."""
+    import zipfile
+    import zlib
+
+    import numpy as np
+
+    try:
+        saved = np.load(path, allow_pickle=False)
+        if not isinstance(saved, np.lib.npyio.NpzFile):
+            raise ValueError("one array, not an .npz archive of them")
+        with saved:
+            return {key: saved[key] for key in saved.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+        raise UserError(f"{path} is not {what} ({type(err).__name__}: {' '.join(str(err).split())[:80]})"
+                        + (f"; {fix}" if fix else "")) from err
 
 
 # -- writing -------------------------------------------------------------------------

@@ -137,11 +137,35 @@ def apply_adapter(model: nn.Module, adapter: Path) -> None:
         apply_adapter(model, adapter / below)
         fuse_adapter_layers(model)
     try:
-        refuse_nonfinite(mx.load(str(adapter / ADAPTER_WEIGHTS)), adapter / ADAPTER_WEIGHTS)
+        weights = mx.load(str(adapter / ADAPTER_WEIGHTS))
+        refuse_nonfinite(weights, adapter / ADAPTER_WEIGHTS)
         load_adapters(model, str(adapter))
     except _LOAD_ERRORS as err:
         raise UserError(f"cannot apply the adapter in {adapter}: {_one_line(err)}") from err
+    refuse_incomplete(model, config, set(weights), adapter / ADAPTER_WEIGHTS)
     model.eval()
+
+
+def refuse_incomplete(model: nn.Module, config: dict, held: set[str], path: Path) -> None:
+    """A one-line error naming `path` when the adapter lacks a tensor its config asks of `model`
+    (whose adapter layers are attached): mlx-lm loads what there is, and a layer left out plays
+    as the bare model's, silently."""
+    wanted = adapter_tensors(model, config)
+    missing = sorted(wanted - held)
+    if missing:
+        raise UserError(f"{path} holds {len(wanted) - len(missing)} of the {len(wanted)} tensors its adapter config "
+                        f"asks for (no {missing[0]}): the file is cut short or damaged; use a whole adapter")
+
+
+def adapter_tensors(model: nn.Module, config: dict) -> set[str]:
+    """The tensors an adapter of `config` holds for `model`: every LoRA or DoRA leaf of its adapter
+    layers, or for a full fine-tune every weight of the last `num_layers` layers it trains."""
+    params = dict(tree_flatten(model.parameters()))
+    if config.get("fine_tune_type", "lora") != "full":
+        return {name for name in params if name.rsplit(".", 1)[-1] in ADAPTER_LEAVES}
+    trained = {id(layer) for layer in model.layers[-max(config.get("num_layers", 0), 0):]}
+    prefixes = tuple(f"{name}." for name, module in model.named_modules() if id(module) in trained)
+    return {name for name in params if name.startswith(prefixes)}
 
 
 def fuse_adapter_layers(model: nn.Module) -> None:

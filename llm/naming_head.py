@@ -19,7 +19,6 @@ llm/word_steering.py.
 from __future__ import annotations
 
 import os
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,12 +26,13 @@ import mlx.core as mx
 import numpy as np
 
 from common.errors import UserError
-from common.fileio import atomic_write
+from common.fileio import atomic_write, read_arrays
 from llm.format import NAMING_WORD
 
 HEAD_FILE = "naming_head.npz"  # beside the adapter it was fitted on: eval uses it when present
 LETTERS = 26
 SPELLING_FEATURES = 6 * LETTERS  # a letter at each of 5 places, then which letters the word holds
+ARRAYS = ("down", "up", "letters")  # a head file's arrays, beside its beta
 
 
 def spelling_features(words: list[str] | tuple[str, ...]) -> np.ndarray:
@@ -88,16 +88,27 @@ class NamingHead:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> NamingHead:
-        """The head at `path`; a file that is not one is a one-line `UserError`."""
-        try:
-            with np.load(path) as saved:
-                head = cls(*(np.asarray(saved[k], np.float32) for k in ("down", "up", "letters")),
-                           float(saved["beta"]))
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as err:
-            raise UserError(f"{path} is not a naming head ({type(err).__name__}: {str(err)[:80]})") from err
-        rank, hidden = head.down.shape if head.down.ndim == 2 else (0, 0)
+        """The head at `path`, checked whole: its three arrays of floats in shapes that fit together,
+        one positive β, every value finite as the head scores (float32). Anything else (garbage, a
+        file cut short, integers, a NaN) would play silently as a broken head: a one-line `UserError`."""
+        fix = "fit it again with naming-head"
+        saved = read_arrays(path, "a naming head", fix)
+        missing = [key for key in (*ARRAYS, "beta") if key not in saved]
+        if missing:
+            raise UserError(f"{path} is not a naming head (no {missing[0]}); {fix}")
+        if not all(np.issubdtype(saved[key].dtype, np.floating) and saved[key].ndim == (0 if key == "beta" else 2)
+                   for key in (*ARRAYS, "beta")):
+            raise UserError(f"{path} is not a naming head: down, up and letters must be tables of floats and beta "
+                            f"one float; {fix}")
+        with np.errstate(over="ignore"):  # a value past float32's range becomes inf, refused below
+            head = cls(*(saved[key].astype(np.float32) for key in ARRAYS), float(saved["beta"]))
+        rank, hidden = head.down.shape
         if head.up.shape != (hidden, rank) or head.letters.shape != (SPELLING_FEATURES, hidden) or not rank:
-            raise UserError(f"{path} is not a naming head: its arrays' shapes do not fit together")
+            raise UserError(f"{path} is not a naming head: its arrays' shapes do not fit together; {fix}")
+        if not (all(np.isfinite(getattr(head, key)).all() for key in ARRAYS) and np.isfinite(head.beta)
+                and head.beta > 0):
+            raise UserError(f"{path} holds NaN, infinite or out-of-range values: the file is damaged or its fit "
+                            f"diverged; {fix}")
         return head
 
 

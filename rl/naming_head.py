@@ -32,8 +32,8 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
 
-from common.errors import UserError
-from common.fileio import atomic_write, atomic_write_json
+from common.errors import UserError, note
+from common.fileio import atomic_write, atomic_write_json, read_arrays
 from common.knobs import knob, knob_like
 from common.options import SEED
 from common.progress import progress_bar
@@ -48,6 +48,7 @@ from solver.setup import Setup, load_setup
 
 RECORD_FILE = "naming_head.json"  # the fit's settings, curve and figures, beside the head
 STATES_FILE = "naming_states.npz"  # the cached states, beside the head unless --states says otherwise
+ORIGIN_KEY = "made_with"  # the states file's record of the model and adapter that made them (states_origin)
 EVAL_EVERY = 20  # epochs between validation figures (the best of them is kept)
 STATES_CHUNK = 32  # positions per saved piece of the states file
 STATES_BATCH = 8  # positions per forward pass (contexts run 300-380 tokens)
@@ -111,21 +112,42 @@ def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition],
     return states
 
 
-def load_states(path: Path, splits: dict[str, list[EndgamePosition]]) -> dict[str, np.ndarray]:
+def states_origin(model_spec: str, adapter: str | Path) -> dict[str, str]:
+    """What a states file's states depend on: the model (as any working directory names it) and the
+    sha256 of the adapter's weights, so that a retrained adapter in the same folder is another one."""
+    from common.cache_files import file_digest
+    from llm.adapter_files import ADAPTER_WEIGHTS
+    from llm.loading import portable_spec
+
+    return {"model": portable_spec(model_spec), "adapter_sha256": file_digest(Path(adapter) / ADAPTER_WEIGHTS)}
+
+
+def _shown_origin(origin: dict) -> str:
+    return f"--model {origin.get('model')} and the adapter of sha256 {str(origin.get('adapter_sha256'))[:12]}"
+
+
+def load_states(path: Path, splits: dict[str, list[EndgamePosition]],
+                origin: dict[str, str] | None = None) -> dict[str, np.ndarray]:
     """The states a file holds for each split's first positions; refused when the file's positions
     are not the wanted ones (positions are drawn in a seeded order that does not depend on their
-    count, so a file written for more positions serves fewer, and one for fewer is extended)."""
+    count, so a file written for more positions serves fewer, and one for fewer is extended), when
+    it is not whole, or when it records another `origin` (`states_origin`) than the one given. A
+    file written before the origin was recorded is taken, with a note saying so."""
     if not path.exists():
         return {name: np.zeros((0, 0), np.float32) for name in splits}
-    try:
-        with np.load(path) as saved:
-            held = {name: (saved[f"{name}_states"], list(saved[f"{name}_keys"])) for name in splits}
-    except (OSError, ValueError, KeyError, EOFError) as err:
-        raise UserError(f"{path} is not a naming states file ({type(err).__name__}); delete it to start again") \
-            from err
+    fix = "delete it to start again"
+    saved = read_arrays(path, "a naming states file", fix)
+    missing = [key for name in splits for key in (f"{name}_states", f"{name}_keys") if key not in saved]
+    if missing:
+        raise UserError(f"{path} is not a naming states file (no {missing[0]}); {fix}")
+    _check_origin(path, saved.get(ORIGIN_KEY), origin)
     states = {}
     for name, positions in splits.items():
-        array, keys = held[name]
+        array, keys = saved[f"{name}_states"], [str(key) for key in saved[f"{name}_keys"]]
+        if array.ndim != 2 or len(array) != len(keys) or not np.issubdtype(array.dtype, np.floating):
+            raise UserError(f"{path} is not a naming states file (its {name} states do not fit its keys); {fix}")
+        if not np.isfinite(array).all():
+            raise UserError(f"{path} holds NaN or infinite {name} states: the file is damaged; {fix}")
         shared = min(len(keys), len(positions))
         if keys[:shared] != [p.key for p in positions[:shared]]:
             raise UserError(f"{path} holds other {name} positions (another --seed?): use the settings it was "
@@ -134,11 +156,33 @@ def load_states(path: Path, splits: dict[str, list[EndgamePosition]]) -> dict[st
     return states
 
 
-def save_states(path: Path, states: dict[str, np.ndarray], splits: dict[str, list[EndgamePosition]]) -> None:
+def _check_origin(path: Path, recorded: np.ndarray | None, origin: dict[str, str] | None) -> None:
+    """Refuse states made by another model or adapter than `origin`; a note for a file without a record."""
+    if origin is None:
+        return
+    if recorded is None:
+        note(f"{path} does not record the adapter its states were made with (written before files did): they are "
+             f"taken as those of {_shown_origin(origin)}")
+        return
+    try:
+        made_with = json.loads(str(recorded))
+    except ValueError:
+        made_with = None
+    if made_with != origin:
+        shown = _shown_origin(made_with) if isinstance(made_with, dict) else "an unreadable record"
+        raise UserError(f"{path} holds the states of another model or adapter (made with {shown}, not "
+                        f"{_shown_origin(origin)}): give another --states file, or delete it to compute them again")
+
+
+def save_states(path: Path, states: dict[str, np.ndarray], splits: dict[str, list[EndgamePosition]],
+                origin: dict[str, str] | None = None) -> None:
+    """The states, their positions' keys and, given, the `origin` they were made with, written whole."""
     arrays = {}
     for name, array in states.items():
         arrays[f"{name}_states"] = array
         arrays[f"{name}_keys"] = np.array([p.key for p in splits[name][:len(array)]])
+    if origin is not None:
+        arrays[ORIGIN_KEY] = np.array(json.dumps(origin, sort_keys=True))
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as f:
@@ -148,9 +192,15 @@ def save_states(path: Path, states: dict[str, np.ndarray], splits: dict[str, lis
 
 
 def gather_states(model: nn.Module, tokenizer, splits: dict[str, list[EndgamePosition]], path: Path,
-                  states: dict[str, np.ndarray], show_progress: bool) -> dict[str, np.ndarray]:
+                  states: dict[str, np.ndarray], show_progress: bool,
+                  origin: dict[str, str] | None = None) -> dict[str, np.ndarray]:
     """Every split's states: those already read from `path` (`load_states`), then the rest computed
-    `STATES_CHUNK` positions at a time, the file saved after each chunk."""
+    `STATES_CHUNK` positions at a time, the file saved (with `origin`) after each chunk."""
+    hidden = model.args.hidden_size
+    for name, array in states.items():
+        if len(array) and array.shape[1] != hidden:
+            raise UserError(f"{path} holds states of size {array.shape[1]}, this model's are {hidden}: it was made "
+                            "with another model; give another --states file, or delete it to compute them again")
     missing = sum(len(positions) - len(states[name]) for name, positions in splits.items())
     with progress_bar("positions", disable=not show_progress or not missing) as progress:
         task = progress.add_task("naming states", total=missing)
@@ -159,7 +209,7 @@ def gather_states(model: nn.Module, tokenizer, splits: dict[str, list[EndgamePos
                 done = len(states[name])
                 chunk = naming_states(model, tokenizer, positions[done:done + STATES_CHUNK])
                 states[name] = np.concatenate([states[name].reshape(done, chunk.shape[1]), chunk])
-                save_states(path, states, splits)
+                save_states(path, states, splits, origin)
                 progress.advance(task, len(chunk))
     return states
 
@@ -243,10 +293,11 @@ def run_naming_head(model_spec: str, adapter: str, settings: HeadSettings, state
     states_file = Path(states_path) if states_path else folder / STATES_FILE
     started = time.perf_counter()
     splits = head_positions(settings)
-    held = load_states(states_file, splits)  # read first: a wrong states file is refused before the model loads
+    origin = states_origin(model_spec, adapter)
+    held = load_states(states_file, splits, origin)  # read first: a wrong states file is refused before the model loads
     model, tokenizer = load_model(model_spec, adapter, dtype)
     model.eval()
-    states = gather_states(model, tokenizer, splits, states_file, held, show_progress)
+    states = gather_states(model, tokenizer, splits, states_file, held, show_progress, origin)
     gathered = time.perf_counter()
     vocabulary, secrets, fits = fit_inputs(tokenizer, splits)
     head, figures = fit_head(model, vocabulary, states, fits, secrets, settings)
