@@ -145,46 +145,79 @@ VERDICT_LABELS = {"format_valid_rate": "format-valid", "consistency_rate": "cons
                   "invalid_word_rate": "invalid-word", "repeat_rate": "repeat"}
 
 
+CHANCE = 0.05  # a sign test's p below this is a split of discordant wins that dice rarely give
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """Did B improve on A? `improved`: every figure of MUST_RISE rose and none of MUST_NOT_RISE
-    did (point estimates); `beyond_noise`: also every rise's interval lies above 0. `wrong_way`
-    names the figures that moved against it; `changes` holds each figure's PairedRate."""
+    """Did B improve on A? The wins first: `wins`, paired by secret with the sign test. Then the
+    answer rates: `improved`, every figure of MUST_RISE rose and none of MUST_NOT_RISE did (point
+    estimates); `beyond_noise`, also every rise's interval lies above 0 (`within_noise` names those
+    whose interval holds 0). `wrong_way` names the figures that moved against it; `changes` holds
+    each figure's PairedRate."""
 
     judged: bool  # both sides have answers for every figure
     beyond_noise: bool
     wrong_way: tuple[str, ...]
     changes: tuple[PairedRate, ...]
+    wins: PairedWins | None = None
 
     @property
     def improved(self) -> bool:
         return self.judged and not self.wrong_way
 
+    @property
+    def within_noise(self) -> tuple[str, ...]:
+        """The rises a resample of the shared secrets cannot tell from no change (an interval that holds 0)."""
+        if not self.improved:
+            return ()
+        return tuple(VERDICT_LABELS[c.figure] for c in self.changes if c.figure in MUST_RISE and c.low <= 0)
+
     def to_json(self) -> dict:
         return {"judged": self.judged, "improved": self.improved, "beyond_noise": self.beyond_noise,
-                "wrong_way": list(self.wrong_way), "changes": [change.to_json() for change in self.changes]}
+                "wrong_way": list(self.wrong_way), "within_noise": list(self.within_noise),
+                "wins": self.wins.to_json() if self.wins else None,
+                "changes": [change.to_json() for change in self.changes]}
 
     def line(self, name_a: str, name_b: str) -> str:
-        """One sentence a user reads at the end of a run."""
+        """One sentence a user reads at the end of a run: the wins' sign test first, then the answer
+        rates, naming each figure that is within noise (a rise of one of them proves nothing)."""
+        return f"{self._wins_part(name_a, name_b)}; {self._rates_part()}"
+
+    def _wins_part(self, name_a: str, name_b: str) -> str:
+        wins = self.wins
+        if wins is None or not wins.games:
+            return f"{name_b} vs {name_a}: no shared secret to pair the wins on"
+        chance = "beyond chance" if wins.p_value < CHANCE else "within chance"
+        return (f"{name_b} vs {name_a} on {wins.games} shared secrets: wins {wins.wins_a} -> {wins.wins_b}, "
+                f"{wins.only_b} won by {name_b} only and {wins.only_a} by {name_a} only (sign test p = "
+                f"{wins.p_value:.2g}: {chance} at {CHANCE:.0%})")
+
+    def _rates_part(self) -> str:
         if not self.judged:
-            return f"{name_b} vs {name_a}: not judged (a figure has no answers on one side)"
+            return "answer rates not judged (a figure has no answers on one side)"
         shown = ", ".join(f"{VERDICT_LABELS[c.figure]} {100 * c.difference:+.1f} [{100 * c.low:+.1f}, "
                           f"{100 * c.high:+.1f}]" for c in self.changes)
         if not self.improved:
-            return f"{name_b} did not improve on {name_a} (wrong way: {', '.join(self.wrong_way)}): {shown} points"
-        noise = "beyond noise" if self.beyond_noise else "within noise (an interval of a rise holds 0)"
-        return f"{name_b} improved on {name_a}, {noise}: {shown} points"
+            return f"answer rates did not improve (wrong way: {', '.join(self.wrong_way)}): {shown} points"
+        if self.beyond_noise:
+            return f"answer rates improved beyond noise: {shown} points"
+        within = self.within_noise
+        held = "is within noise (its interval holds 0)" if len(within) == 1 else \
+            "are within noise (their intervals hold 0)"
+        return f"answer rates improved, but {' and '.join(within)} {held}: {shown} points"
 
 
 def improvement_verdict(a: dict, b: dict, resamples: int = RESAMPLES, seed: int = 0) -> Verdict:
-    """B against A on their shared secrets: format-valid and consistency up, invalid words and
-    repeats not up, judged on the paired rates (eval/paired.py's bootstrap intervals)."""
+    """B against A on their shared secrets: the wins paired with the sign test, then format-valid and
+    consistency up, invalid words and repeats not up, judged on the paired rates (the bootstrap intervals)."""
+    wins = paired_wins(a, b)
     rates = {rate.figure: rate for rate in paired_rates(a, b, resamples, seed)}
     changes = tuple(rates[f] for f in MUST_RISE + MUST_NOT_RISE if f in rates)
     known = len(changes) == len(MUST_RISE + MUST_NOT_RISE) and all(c.difference is not None for c in changes)
     if not known:
-        return Verdict(False, False, (), changes)
+        return Verdict(False, False, (), changes, wins)
     wrong = tuple(VERDICT_LABELS[c.figure] for c in changes
                   if (c.figure in MUST_RISE and c.difference <= 0) or (c.figure in MUST_NOT_RISE and c.difference > 0))
     beyond = not wrong and all(c.low > 0 for c in changes if c.figure in MUST_RISE)
-    return Verdict(True, beyond, wrong, changes)
+    return Verdict(True, beyond, wrong, changes, wins)

@@ -119,12 +119,12 @@ def test_verdict_needs_every_figure_to_move_the_right_way():
                            [True, True, False]) for i, s in enumerate(secrets)]}
     verdict = improvement_verdict(a, b)
     assert verdict.judged and verdict.improved and verdict.beyond_noise and verdict.wrong_way == ()
-    assert "B improved on A, beyond noise: format-valid +" in verdict.line("A", "B")
+    assert "; answer rates improved beyond noise: format-valid +" in verdict.line("A", "B")
     repeats = {"per_game": [game(s, [None, None, "already_guessed", None], [True, True, None, False])
                             for s in secrets]}
     worse = improvement_verdict(a, repeats)
     assert worse.judged and not worse.improved and worse.wrong_way == ("repeat",)
-    assert worse.line("A", "B").startswith("B did not improve on A (wrong way: repeat)")
+    assert "; answer rates did not improve (wrong way: repeat)" in worse.line("A", "B")
     assert improvement_verdict(a, a).wrong_way == ("format-valid", "consistency")  # no change is no improvement
 
 
@@ -138,6 +138,34 @@ def test_verdict_is_not_judged_without_answers():
 def test_compare_prints_and_writes_the_verdict(tmp_path):
     out = tmp_path / "paired.json"
     shown = CliRunner().invoke(cli, ["eval", "--compare", *REAL_EVALS, "--json", str(out)])
-    assert shown.exit_code == 0 and "did not improve" in " ".join(shown.output.split())
+    assert shown.exit_code == 0 and "answer rates did not improve" in " ".join(shown.output.split())
     verdict = json.loads(out.read_text())["verdict"]
     assert verdict["judged"] and not verdict["improved"] and verdict["wrong_way"] == ["format-valid"]
+
+
+def test_the_verdict_leads_with_the_wins_test_and_names_the_figure_within_noise(tmp_path):
+    """Issue 63: 33 -> 53 wins (32 won by B only, 12 by A only, p = 0.004) with a consistency rise
+    whose interval holds 0 ended "improved ... within noise", as if the wins were noise too."""
+    def played(i: int, side: str) -> dict:
+        won = i < 33 if side == "a" else (i < 21 or 33 <= i < 65)  # 21 won by both, 12 by A only, 32 by B only
+        invalid = i % 4 == 0 if side == "a" else i % 16 == 0  # format-valid rises beyond noise
+        fitting = side == "b" and i in (1, 2)  # consistency rises on 2 of 128 secrets: within noise
+        record = game(f"w{i:03d}", [None, None, "not_five_letters" if invalid else None], [True, fitting, None])
+        return {**record, "won": won}
+
+    paths = []
+    for side in ("a", "b"):
+        games = [played(i, side) for i in range(128)]
+        wins = sum(g["won"] for g in games)
+        paths.append(tmp_path / f"{side}.json")
+        paths[-1].write_text(json.dumps({"games": 128, "wins": wins, "histogram": {"4": wins, "X": 128 - wins},
+                                         "per_game": games}))
+    out = tmp_path / "paired.json"
+    shown = CliRunner().invoke(cli, ["eval", "--compare", *map(str, paths), "--json", str(out)])
+    assert shown.exit_code == 0, shown.output
+    line = " ".join(shown.output.split()).split(f"{paths[1]} vs {paths[0]} on 128 shared secrets: ")[1]
+    assert line.startswith(f"wins 33 -> 53, 32 won by {paths[1]} only and 12 by {paths[0]} only (sign test p = "
+                           "0.0037: beyond chance at 5%); answer rates improved, but consistency is within noise "
+                           "(its interval holds 0): format-valid +"), line
+    verdict = json.loads(out.read_text())["verdict"]
+    assert verdict["within_noise"] == ["consistency"] and verdict["wins"]["only_b"] == 32
