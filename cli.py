@@ -12,7 +12,7 @@ ensure_fast_blas()  # before anything imports mlx: may re-exec with a real BLAS 
 
 import click  # noqa: E402
 
-from common.errors import UserError, fail  # noqa: E402
+from common.errors import UserError, fail, interrupted  # noqa: E402
 
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2; 8.1 exits with the help
@@ -31,12 +31,21 @@ class _Cli(click.Group):
             fail(err.format_message())
 
     def invoke(self, ctx: click.Context):
+        """Also: the environment is checked before any work, and a Ctrl-C that reached us wrapped
+        in another exception ends as click ends any Ctrl-C ("Aborted!", exit 1), not a traceback."""
+        from common.progress import plain_every
+
         try:
+            plain_every()
             return super().invoke(ctx)
         except UserError as err:
             fail(str(err))
         except click.UsageError as err:
             fail(err.format_message())
+        except SystemError as err:
+            if interrupted(err):
+                raise KeyboardInterrupt from None
+            raise
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})

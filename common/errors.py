@@ -24,6 +24,13 @@ def fail(message: str) -> NoReturn:
     sys.exit(2)
 
 
+def interrupted(err: BaseException) -> bool:
+    """Whether `err` is a Ctrl-C in disguise: a compiled function (numba's) that returns while the
+    interrupt is pending raises SystemError ("returned a result with an exception set") from it."""
+    return isinstance(err, SystemError) and any(isinstance(cause, KeyboardInterrupt)
+                                                for cause in (err.__cause__, err.__context__))
+
+
 def note(message: str) -> None:
     """One `note:` line on stderr for what the user should know but need not fix: a flag that
     has no effect, a count that was capped, a cache that is rebuilt."""

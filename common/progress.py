@@ -13,6 +13,7 @@ minutes (an RL step, a held-out eval) still shows the run is alive:
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -22,6 +23,8 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TaskID, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 from rich.text import Text
+
+from common.errors import UserError
 
 PLAIN_EVERY = 30.0  # seconds between plain lines when the output is not a terminal
 EVERY_ENV = "WORDLE_RL_PROGRESS_EVERY"
@@ -147,11 +150,20 @@ def _clock_time(seconds: float) -> str:
 
 
 def plain_every() -> float:
-    """The heartbeat interval: `WORDLE_RL_PROGRESS_EVERY` seconds when set to a number, else 30."""
-    try:
-        return max(0.0, float(os.environ[EVERY_ENV]))
-    except (KeyError, ValueError):
+    """The heartbeat interval: `WORDLE_RL_PROGRESS_EVERY` seconds when set, else 30. Anything but a
+    finite number of seconds above 0 is a UserError: ignored, a typo would leave a log silent for
+    30 s at a time, and 0 or less would print a line at every update."""
+    raw = os.environ.get(EVERY_ENV, "").strip()
+    if not raw:
         return PLAIN_EVERY
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise UserError(f"{EVERY_ENV} must be a number of seconds above 0 (e.g. 5), got {raw!r}; "
+                        f"unset it for a line every {PLAIN_EVERY:g} s")
+    return seconds
 
 
 def progress_bar(unit: str, disable: bool = False, transient: bool = True, console: Console | None = None,

@@ -39,8 +39,11 @@ class SFTData:
 def load_data_dir(folder: str | Path) -> SFTData:
     """The three splits of a data folder; only `train.jsonl` must exist (and hold examples)."""
     folder = Path(folder)
+    if folder.is_file():
+        raise UserError(f"--data {folder} is a file; give the folder that holds it and the other splits, as gen-sft "
+                        f"writes them: --data {folder.parent}")
     if not folder.is_dir():
-        raise UserError(f"data folder not found: {folder}")
+        raise UserError(f"--data {folder} does not exist; make it with gen-sft --out {folder}")
     if not (folder / "train.jsonl").is_file():
         raise UserError(f"{folder} has no train.jsonl (expected gen-sft's output: train/valid/test.jsonl)")
     splits = {name: read_conversations(folder / f"{name}.jsonl") if (folder / f"{name}.jsonl").is_file() else []

@@ -27,14 +27,14 @@ from pathlib import Path
 import mlx.core as mx
 
 from common.errors import UserError
-from common.fileio import append_line, atomic_write_json, atomic_write_text, read_json, read_text
+from common.fileio import append_line, atomic_write_json, atomic_write_text, is_number, read_json, read_jsonl
 from llm import distributed
 from llm.adapter_files import save_adapter
 from sft.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from sft.config import FIXED, FLAGS, MAY_CHANGE, SFTConfig
 from sft.data import SFTData, check_lengths, load_data_dir, prompt_of
 from sft.lora import AdapterSettings, attach_adapter, continue_adapter, trainable_weights
-from sft.run_folder import claim, continues, note_starts_again, refuse_changes
+from sft.run_folder import claim, continues, note_if_begun, note_starts_again, refuse_changes
 from sft.trainer import BatchOrder, OptimizerSettings, SFTTrainer, collate
 
 VAL_EXAMPLES = 64  # validation loss on at most this many valid.jsonl examples: it runs every --eval-every steps
@@ -51,15 +51,25 @@ class MetricsLog:
         append_line(self.path, json.dumps(record))
 
     def records(self) -> list[dict]:
-        """Every complete line (a kill mid-write leaves at most one broken last line)."""
+        """Every step record, in order. A last line that is not JSON is skipped (a kill mid-write
+        leaves one); any other line that is not a step record (an object with a whole-number step:
+        a note added by hand, a `null`) is refused, naming it: a resume would rewrite the log
+        without it, and every reader would stumble on it."""
         if not self.path.is_file():
             return []
+        lines = read_jsonl(self.path, "metrics log")
         records = []
-        for line in read_text(self.path, "metrics log").splitlines():
+        for number, line in lines:
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:
-                continue
+                if number == lines[-1][0]:
+                    continue
+                record = None
+            if not (isinstance(record, dict) and is_number(record.get("step"), integer=True)):
+                raise UserError(f"{self.path} line {number} is not a step record (an object whose step must be a "
+                                f"whole number): {' '.join(line.split())[:60]}; remove that line and run again")
+            records.append(record)
         return records
 
     def keep_until(self, step: int) -> None:
@@ -92,6 +102,8 @@ def continued(config: SFTConfig, resume: bool, given: frozenset[str] | None = No
     if not continues(out, resume):
         if config.data is None:
             raise UserError("--data is needed to start a run: the folder gen-sft wrote")
+        if distributed.world().is_main:
+            note_if_begun(out)
         return config, False
     saved = _recorded_config(out)
     given = frozenset(FLAGS) if given is None else given

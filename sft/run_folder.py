@@ -48,15 +48,19 @@ OUTPUTS = {
 _RUN_FILE_KEYS = {"sft": "trajectory", "rl": "start_adapter"}
 
 
+def entries(folder: Path) -> set[str]:
+    """The names in `folder` that hold something: not its lock, not what killed writes left."""
+    return {p.name for p in folder.iterdir() if p.name != LOCK_FILE and not LEFTOVER.match(p.name)}
+
+
 def claim(folder: Path, kind: str) -> None:
     """Refuse `folder` for `kind`'s output unless it is empty (a lock and what killed writes
     left do not count) or already holds `kind`'s output."""
     if not folder.is_dir():
         return
-    entries = {p.name for p in folder.iterdir() if p.name != LOCK_FILE and not LEFTOVER.match(p.name)}
-    marked = _kinds_marked(folder, entries)
+    marked = _kinds_marked(folder, entries(folder))
     others = [other for other in OUTPUTS if other != kind and other in marked]
-    strangers = [] if kind in marked else sorted(entries - OUTPUTS[kind].names)
+    strangers = [] if kind in marked else sorted(entries(folder) - OUTPUTS[kind].names)
     if not others and not strangers:
         return
     held = OUTPUTS[others[0]].label if others else f"other files ({', '.join(strangers[:3])})"
@@ -76,6 +80,30 @@ def _kinds_marked(folder: Path, entries: set[str]) -> set[str]:
     return kinds
 
 
+def own_entries(folder: Path, kind: str) -> frozenset[str]:
+    """The one rule for what `kind` may delete in `folder`: the entries its own manifest lists
+    (gen-sft's manifest.json `files`), else the names its kind writes (a manifest older than
+    that list: gen-sft always wrote those five)."""
+    output = OUTPUTS[kind]
+    try:
+        listed = json.loads((folder / output.marker).read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        listed = None
+    if isinstance(listed, list) and all(isinstance(name, str) for name in listed):
+        return frozenset(listed) & output.names
+    return output.names
+
+
+def refuse_foreign(folder: Path, kind: str) -> None:
+    """Before `kind` replaces `folder` whole: refuse it while it holds anything `kind` did not write
+    (a user's file, an SFT run made inside a dataset), naming it and what to do."""
+    foreign = sorted(entries(folder) - own_entries(folder, kind)) if folder.is_dir() else []
+    if foreign:
+        raise UserError(f"--out {folder} holds {', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}, "
+                        f"which {kind} did not write; it replaces only {OUTPUTS[kind].label} of its own: move "
+                        "them out of the folder, or choose another --out")
+
+
 def continues(out: Path, resume: bool) -> bool:
     """Whether the command continues the run in `out`: asked to (`--resume`), or it has a checkpoint."""
     from sft.checkpoint import latest_checkpoint
@@ -92,3 +120,10 @@ def refuse_changes(out: Path, label: str, changed: list[str], may_change: str) -
 
 def note_starts_again(out: Path) -> None:
     note(f"{out} has no checkpoint yet; its run starts again from step 0")
+
+
+def note_if_begun(out: Path) -> None:
+    """A new run in `out` where one began (its run.json) and never reached a checkpoint: say that
+    it starts again, as the resume rule promises."""
+    if (out / "run.json").is_file():
+        note_starts_again(out)

@@ -112,7 +112,7 @@ def test_good_eval_results_compare(tmp_path):
     ('{"step": 1, "loss": "low"}\n', "step 1: loss must be a number, got 'low'"),
     ('{"step": 1, "phase": "grpo", "games": 2, "wins": "many", "reward_mean": 1.0}\n',
      "step 1: wins must be a number, got 'many'"),
-    ('{"step": 1, "phase": 3}\n', "phase a name"),
+    ('{"step": 1, "phase": 3}\n', "phase must be a name"),
 ])
 def test_bad_metrics_log_for_report_is_one_line(tmp_path, content, message):
     write(tmp_path / "run" / "metrics.jsonl", content)

@@ -84,7 +84,7 @@ def test_rl_live_view_redirected_says_what_the_step_does():
 
 
 def test_a_command_writing_to_a_log_prints_progress_lines(monkeypatch, tmp_path):
-    monkeypatch.setenv(EVERY_ENV, "0")
+    monkeypatch.setenv(EVERY_ENV, "0.001")
     result = CliRunner().invoke(cli, ["eval", "--policy", "solver", "--games", "5", "--seed", "1",
                                       "--json", str(tmp_path / "eval.json")])
     assert result.exit_code == 0, result.output

@@ -337,7 +337,7 @@ def test_killed_run_resumes_onto_the_same_trajectory(tmp_path: Path, tiny_model_
 
 def test_redirected_output_shows_progress_from_the_first_validation(tmp_path, tiny_model_dir, data_dir,
                                                                     monkeypatch) -> None:  # noqa: F811
-    monkeypatch.setenv("WORDLE_RL_PROGRESS_EVERY", "0")
+    monkeypatch.setenv("WORDLE_RL_PROGRESS_EVERY", "0.001")
     args = [a for a in tiny_args(tiny_model_dir, data_dir, tmp_path / "run") if a != "--quiet"]
     result = sft(*args, "--iters", "2", "--eval-every", "2", "--eval-games", "1", "--save-every", "2")
     assert result.exit_code == 0, result.output
@@ -414,7 +414,7 @@ def test_bad_hyperparameters(tmp_path: Path, data_dir: Path, flags: list[str], m
 
 def test_missing_data_model_and_checkpoint(tmp_path: Path, tiny_model_dir, data_dir) -> None:  # noqa: F811
     cases = [
-        (["--data", str(tmp_path / "nope")], "data folder not found"),
+        (["--data", str(tmp_path / "nope")], "does not exist; make it with gen-sft"),
         (["--data", str(tmp_path)], "has no train.jsonl"),
         (["--data", str(data_dir), "--model", str(tmp_path / "no-model")], "model folder not found"),
         (["--data", str(data_dir), "--model", str(tiny_model_dir), "--resume"], "has no checkpoint to resume from"),
