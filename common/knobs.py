@@ -137,10 +137,10 @@ def checked(entry: Declared, value: Any, what: str) -> Any:
         return value
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise UserError(f"{what} must be a whole number, got {shown(value)}")
+            raise UserError(f"{what} must be a whole number, got {shown(value)}{_text_number(value, int)}")
     elif kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            raise UserError(f"{what} must be a number, got {shown(value)}")
+            raise UserError(f"{what} must be a number, got {shown(value)}{_text_number(value, float)}")
         value = float(value)
     elif kind is str:
         if not isinstance(value, str):
@@ -151,6 +151,22 @@ def checked(entry: Declared, value: Any, what: str) -> Any:
     if spec.range is not None and not spec.range.holds(value):
         raise UserError(f"{what} must be {spec.range}, got {shown(value)}")
     return value
+
+
+def _text_number(value: Any, kind: type) -> str:
+    """Why a number that came as text was refused, and what to write instead ("" for anything else):
+    YAML reads 1e3 as a string (an exponent needs a point and a sign: 1.0e+3), JSON a quoted number."""
+    if not isinstance(value, str):
+        return ""
+    try:
+        number = float(value)
+    except ValueError:
+        return ""
+    if not math.isfinite(number):
+        return ""
+    write = str(int(number)) if kind is int and number.is_integer() else repr(number)
+    why = "YAML reads an exponent as text unless written like 1.0e+3" if "e" in value.lower() else "it is quoted"
+    return f" (text, not a number: {why}; write {write})"
 
 
 def check_knobs(settings: Any, names: Mapping[str, str] | None = None) -> None:

@@ -8,7 +8,9 @@ finite and within what a run can use.
 from __future__ import annotations
 
 import math
+import os
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import click
@@ -99,6 +101,25 @@ def given_params(ctx: click.Context) -> frozenset[str]:
 
     defaulted = (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
     return frozenset(name for name in ctx.params if ctx.get_parameter_source(name) not in defaulted)
+
+
+def refuse_owned_output(path: str | None, flag: str, folders: Iterable[tuple[str, str | None]] = (),
+                        inputs: Iterable[tuple[str, str | None]] = ()) -> None:
+    """The one rule for what an output file (--json, --png) may replace: never a file inside a folder
+    the command writes or reads whole (a run, a dataset, an adapter, a model: `sft --out R --json
+    R/run.json` replaced the record the run resumes from), nor a file it reads. Each folder and
+    input comes as (the flag or argument that named it, its path); symlinks are followed, as the
+    write would follow them."""
+    if path is None:
+        return
+    target = Path(os.path.realpath(path))
+    for label, folder in folders:
+        if folder is not None and target.is_relative_to(os.path.realpath(folder)):
+            raise UserError(f"{flag} {path} is inside {label} {folder}, whose files are its run's, data's or "
+                            "model's own: name a file outside that folder")
+    for label, source in inputs:
+        if source is not None and target == Path(os.path.realpath(source)):
+            raise UserError(f"{flag} {path} is {label} {source}, which this command reads: name another file")
 
 
 def json_option(f: Callable) -> Callable:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from common.errors import UserError, note
-from common.options import flag, given_params, json_option, seed_option
+from common.options import flag, given_params, json_option, refuse_owned_output, seed_option
 from eval.endgame import DEFAULT_POSITIONS, KIND
 from eval.splits import SPLITS
 from llm.histories import ENDGAME_CANDIDATES
@@ -57,36 +57,30 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
                  json_path, compare, quiet, constrain_guess, endgame, positions, max_candidates, from_games,
                  naming_head, model, adapter, temperature, top_p, max_tokens, batch_size, dtype) -> None:
     """Play every secret (or --games N of them) and report win rate, guesses and move quality."""
-    from rich.console import Console
-
-    from common.fileio import atomic_write_json
-    from eval.paired import improvement_verdict, paired_rates, paired_wins
-    from eval.report import compare_table, load_result, show_result
-    from eval.report import compare_endgame, show_endgame
+    from eval.report import compare_endgame, compare_games, load_result, show_endgame, show_result
     from eval.run import EndgameRequest, EvalRequest, ModelSpec, run_endgame, run_eval
     from solver.policy import SolverSettings
     from solver.setup import load_setup
 
+    given = given_params(click.get_current_context())
+    refuse_owned_output(json_path, "--json", [("--adapter", adapter), ("--model", model)],
+                        [("--compare", path) for path in compare or ()] + [("--from-games", from_games)])
     if compare:
+        _refuse_unread(given - {"compare", "json_path", "quiet"}, "--compare shows two results already played")
         a, b = (load_result(p) for p in compare)
         if KIND in (a.get("kind"), b.get("kind")):
             compare_endgame(a, b, compare[0], compare[1], json_path)
-            return
-        verdict = improvement_verdict(a, b)
-        console = Console()
-        console.print(compare_table(a, b, compare[0], compare[1]))
-        console.print(verdict.line(compare[0], compare[1]), markup=False, highlight=False)
-        if json_path:
-            atomic_write_json(json_path, {"a": compare[0], "b": compare[1], "paired_wins": paired_wins(a, b).to_json(),
-                                          "paired_rates": [rate.to_json() for rate in paired_rates(a, b)],
-                                          "verdict": verdict.to_json()})
+        else:
+            compare_games(a, b, compare[0], compare[1], json_path)
         return
+    if from_games:
+        _refuse_unread(given & {"split", "positions"}, "--from-games answers every endgame position of its games")
     from llm.generation import SamplingSettings
 
     policy = policy or ("model" if model else "solver")
     if policy == "model" and not model:
         raise UserError("--policy model needs --model PATH|default")
-    _note_ignored(given_params(click.get_current_context()), policy)
+    _note_ignored(given, policy)
     if constrain_guess and policy != "model":
         raise UserError("--constrain-guess applies to a model (--model PATH|default)")
     spec = ModelSpec(model, adapter, SamplingSettings(temperature, top_p, max_tokens), batch_size,
@@ -102,6 +96,15 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
     result = run_eval(load_setup(secrets, answers, allowed), EvalRequest(split, games, seed, settings, spec),
                       json_path, not quiet)
     show_result(result)
+
+
+def _refuse_unread(unread: frozenset[str], reason: str) -> None:
+    """One error naming the given flags that `reason` leaves without effect: a flag the user typed
+    must not be dropped without a word."""
+    if unread:
+        shown = ", ".join(sorted(flag(name) for name in unread))
+        raise UserError(f"{reason}: {shown} {'does' if len(unread) == 1 else 'do'} not apply; leave "
+                        f"{'it' if len(unread) == 1 else 'them'} out")
 
 
 def _note_ignored(given: frozenset[str], policy: str) -> None:

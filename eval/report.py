@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import math
+
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from common.errors import UserError
-from common.fileio import atomic_write_json, read_json
+from common.fileio import atomic_write_json, is_number, read_json
 from eval.endgame import KIND, OUTCOMES, RATES, answer_fit, keyed_records, outcome_counts
-from eval.paired import paired_changes, paired_rates, paired_wins, sign_test_p
+from eval.paired import improvement_verdict, paired_changes, paired_rates, paired_wins, sign_test_p
 
 BAR_WIDTH = 30
 HISTOGRAM_KEYS = ("1", "2", "3", "4", "5", "6", "X")
@@ -80,6 +83,9 @@ def load_result(path: str) -> dict:
         integer = pattern == "{:d}"
         if value is not None and not is_number(value, integer):
             raise UserError(f"{path}: {key} must be {'a whole number' if integer else 'a number'}, got {value!r}")
+        if value is not None and not math.isfinite(value):
+            raise UserError(f"{path}: {key} is {json.dumps(value)}, not a figure: the file is damaged; play the eval "
+                            "again")
     counts = data["histogram"]
     if not isinstance(counts, dict) or not all(is_number(n, integer=True) for n in counts.values()):
         raise UserError(f"{path}: histogram must map guesses to whole numbers of games")
@@ -106,9 +112,23 @@ def _checked_endgame(path: str, data: dict) -> dict:
     return data
 
 
-def is_number(value, integer: bool = False) -> bool:
-    """A JSON number (true/false are not), a whole one if `integer`."""
-    return isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
+def compare_games(a: dict, b: dict, name_a: str, name_b: str, json_path: str | None = None,
+                  console: Console | None = None) -> dict:
+    """Two whole-game evals side by side, paired by secret, and the verdict on B against A; refused
+    when they share no secret (nothing would be paired, and a verdict of nothing is no answer)."""
+    paired = paired_wins(a, b)
+    if not paired.games:
+        raise UserError(f"--compare: {name_a} and {name_b} share no secret (another --split, --seed or --games?): "
+                        "compare evals played on the same secrets")
+    verdict = improvement_verdict(a, b)
+    console = console or Console()
+    console.print(compare_table(a, b, name_a, name_b))
+    console.print(verdict.line(name_a, name_b), markup=False, highlight=False)
+    written = {"a": name_a, "b": name_b, "paired_wins": paired.to_json(),
+               "paired_rates": [rate.to_json() for rate in paired_rates(a, b)], "verdict": verdict.to_json()}
+    if json_path:
+        atomic_write_json(json_path, written)
+    return written
 
 
 def compare_table(a: dict, b: dict, name_a: str, name_b: str) -> Table:

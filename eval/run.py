@@ -125,6 +125,21 @@ def play_and_summarise(player: Player, setup: Setup, secrets: list[str], measure
     return {**summary, "per_game": [r.to_json() for r in records]}
 
 
+def games_file(path: str) -> dict:
+    """The eval result of whole games that --from-games draws endgame positions from; refused, saying
+    what it takes, when it is an endgame result or anything else without per-game moves."""
+    from common.fileio import read_json
+    from eval.endgame import KIND
+
+    data = read_json(path, "games file")
+    takes = "it takes the games of a whole-game eval, as eval --model M --adapter A --json F writes them"
+    if data.get("kind") == KIND:
+        raise UserError(f"--from-games {path} is an endgame result (eval --endgame): {takes}")
+    if not isinstance(data.get("per_game"), list) or not data["per_game"]:
+        raise UserError(f"--from-games {path} is not an eval result of whole games (no per_game list): {takes}")
+    return data
+
+
 @dataclass(frozen=True)
 class EndgameRequest:
     """Which endgame positions `model` answers: `count` from the teacher's games on the split's
@@ -140,12 +155,13 @@ class EndgameRequest:
 
 def run_endgame(setup: Setup, request: EndgameRequest, json_path: str | None, show_progress: bool = True) -> dict:
     """`eval --endgame`: the model's one answer at each position, summarised (eval/endgame.py)."""
-    from common.fileio import read_json
     from eval.endgame import KIND, answer_positions, model_positions, summarise_endgame, teacher_positions
 
+    split = request.split
     if request.from_games:
-        positions = model_positions(setup, read_json(request.from_games, "games file"), request.max_candidates)
-        source = request.from_games
+        games = games_file(request.from_games)
+        positions = model_positions(setup, games, request.max_candidates)
+        source, split = request.from_games, games.get("split")
     else:
         pool = SPLITS[request.split](setup.lists.secrets(setup.secret_kind))
         if not pool:
@@ -160,7 +176,7 @@ def run_endgame(setup: Setup, request: EndgameRequest, json_path: str | None, sh
     started = time.perf_counter()
     records = answer_positions(loaded, tokenizer, positions, model.sampling, request.seed, model.batch_size,
                                show_progress, steer and (lambda p: steer(p.state, p.rejected)))
-    result = {"kind": KIND, "policy": model.name, "secrets": setup.secret_kind, "split": request.split,
+    result = {"kind": KIND, "policy": model.name, "secrets": setup.secret_kind, "split": split,
               "source": source, "seed": request.seed, "max_candidates": request.max_candidates,
               **_sampling_of(model), **summarise_endgame(records),
               "seconds": round(time.perf_counter() - started, 3), "per_position": records}

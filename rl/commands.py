@@ -7,10 +7,11 @@ from typing import Callable
 
 import click
 
+from common.errors import UserError
 from common.knobs import param_name
-from common.options import json_option, writable_file, writable_folder
+from common.options import json_option, refuse_owned_output, writable_file, writable_folder
 from rl.config import KNOBS
-from sft.run_folder import claim, continues, note_starts_again, refuse_changes
+from sft.run_folder import claim, continues, note_if_begun, note_starts_again, refuse_changes
 
 HELD_OUT_KEYS = ("heldout_", "best_")  # shown by heldout_table, not summary_table
 FLAGGED = [entry for entry in KNOBS.values() if entry.knob.flag]  # the knobs a flag of `rl` sets
@@ -55,6 +56,8 @@ def rl_command(model, adapter, out, config_path, resume, quiet, json_path, **fla
     from common.fileio import atomic_write_json
     from rl.loop import run_rl
 
+    refuse_owned_output(json_path, "--json", [("--out", out), ("--adapter", adapter), ("--model", model)],
+                        [("--config", config_path)])
     given = {name: value for name, value in flags.items() if value is not None}
     overrides = {OVERRIDES[name]: value for name, value in given.items()}
     request = run_request(Path(out), model, adapter, config_path, overrides, resume, not quiet)
@@ -79,8 +82,9 @@ def run_request(out: Path, model: str | None, adapter: str | None, config_path: 
     if not continues(out, resume):
         data, where = (load_config_file(config_path), f"config {config_path}") if config_path else ({}, "options")
         flags = {key: FLAGS[key] for key in overrides} if config_path else FLAGS  # without a file, every key is a flag's
-        return RunRequest(model or "default", adapter, out, build_config(data, overrides, where, flags),
-                          show_progress=show_progress)
+        config = build_config(data, overrides, where, flags)
+        note_if_begun(out)
+        return RunRequest(model or "default", adapter, out, config, show_progress=show_progress)
     if (out / RUN_FILE).is_file():  # read here first: resume_request's reader shows Python's words for a binary one
         read_json(out / RUN_FILE, "RL run record")
     request = resume_request(out, overrides.get("steps"), show_progress)
@@ -88,7 +92,19 @@ def run_request(out: Path, model: str | None, adapter: str | None, config_path: 
                    "only --steps may change")
     if not request.resume:
         note_starts_again(out)
+    _refuse_fewer_steps(request)
     return request
+
+
+def _refuse_fewer_steps(request) -> None:
+    """A continued run's --steps may grow, never fall below the steps it has done (checked before
+    the model loads, and named as the flag it is)."""
+    from sft.checkpoint import checkpoint_step
+
+    done = checkpoint_step(request.out) if request.resume else None
+    if done is not None and request.config.steps < done:
+        raise UserError(f"--steps {request.config.steps}: the run in {request.out} has done {done} steps already; "
+                        f"give --steps {done} or more to run it longer, or choose another --out for a new run")
 
 
 def changed_settings(request, model: str | None, adapter: str | None, config_path: str | None,
@@ -192,6 +208,8 @@ def report_command(run, json_path, png) -> None:
     from common.fileio import atomic_write_json
     from rl.report import show_report, write_png
 
+    for flag, path in (("--json", json_path), ("--png", png)):
+        refuse_owned_output(path, flag, [("RUN", run)])
     series, title = show_report(run)
     if png:
         write_png(series, png, title)

@@ -221,7 +221,8 @@ def _build(cls, data, prefix: str, names: Names):
 
 def _check_value(key: str, value, names: Names):
     """`value` for the knob `key` as its declaration allows (a float from an int), or a UserError naming it."""
-    value = checked(KNOBS[key], value, f"{names.blame(key)}{names(key)}")
+    what = f"{names.blame(key)}{names(key)}"
+    value = checked(KNOBS[key], value, what)
     if key == "schedule":
-        parse_schedule(value)
+        parse_schedule(value, what)
     return value

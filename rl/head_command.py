@@ -9,7 +9,7 @@ import click
 
 from common.errors import UserError
 from common.knobs import declared
-from common.options import json_option, knob_options
+from common.options import json_option, knob_options, refuse_owned_output
 from llm.options import dtype_option
 from rl.naming_head import HeadSettings
 
@@ -38,6 +38,8 @@ def naming_head_command(model, adapter, states_path, dtype, quiet, json_path, **
     from llm.adapter_files import ADAPTER_WEIGHTS
     from rl.naming_head import run_naming_head, summary_line
 
+    refuse_owned_output(json_path, "--json", [("--adapter", adapter), ("--model", model)],
+                        [("--states", states_path)])
     folder = Path(adapter)
     if not (folder / ADAPTER_WEIGHTS).is_file():
         raise UserError(f"{adapter} is not an adapter folder: it has no {ADAPTER_WEIGHTS}")

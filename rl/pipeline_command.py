@@ -6,9 +6,20 @@ from pathlib import Path
 
 import click
 
+from common.errors import UserError
 from common.knobs import declared
-from common.options import given_params, json_option, knob_options, writable_folder
+from common.options import given_params, json_option, knob_options, refuse_owned_output, writable_folder
 from rl.pipeline import RECIPES, PipelineSettings, recipe_for
+
+
+def _refuse_games_start(settings: PipelineSettings, out: Path) -> None:
+    """RL from a model's own games needs its games file, which no pipeline flag gives: name the
+    `rl` command that runs that stage instead, with its flag for the file."""
+    if settings.rl_start == "games":
+        raise UserError(f"--rl-start games needs a games file, and pipeline has no flag for one: run the pipeline "
+                        "with --rl-start any or endgame, or run its RL stage yourself with rl's --start-games: "
+                        f"rl --adapter {out / 'sft' / 'adapter'} --out {out / 'rl'} --start games "
+                        "--start-games GAMES.json (an eval --split train --json file)")
 
 
 @click.command("pipeline")
@@ -35,8 +46,10 @@ def pipeline_command(out, recipe, resume, json_path, **flags) -> None:
     from common.fileio import atomic_write_json
     from rl.pipeline import comparison_table, run_pipeline
 
+    refuse_owned_output(json_path, "--json", [("--out", out), ("--model", flags["model"])])
     given = given_params(click.get_current_context())
     settings = PipelineSettings(**{**flags, **recipe_for(recipe), **{k: v for k, v in flags.items() if k in given}})
+    _refuse_games_start(settings, Path(out))
     summary = run_pipeline(Path(out), settings, given=given, resume=resume)
     console = Console()
     console.print(comparison_table(summary))

@@ -37,21 +37,22 @@ class Schedule:
         return ",".join(f"{name}:{n}" for name, n in self.parts)
 
 
-def parse_schedule(text: str) -> Schedule:
-    """'grpo:4,ei:1' -> Schedule; anything else is a one-line UserError saying what is wrong."""
+def parse_schedule(text: str, what: str = "schedule") -> Schedule:
+    """'grpo:4,ei:1' -> Schedule; anything else is a one-line UserError saying what is wrong, that
+    starts with `what`: the name the user gave it by (a flag, or a config file and its key)."""
     if not isinstance(text, str) or not text.strip():
-        raise UserError(f"schedule {text!r} is empty; expected e.g. 'grpo:4,ei:1'")
+        raise UserError(f"{what} {text!r} is empty; expected e.g. 'grpo:4,ei:1'")
     parts = []
     for item in text.split(","):
         name, sep, count = item.strip().partition(":")
         name = name.strip().lower()
         if name not in PHASES:
-            raise UserError(f"schedule {text!r}: unknown phase {name!r} (phases: {', '.join(PHASES)})")
+            raise UserError(f"{what} {text!r}: unknown phase {name!r} (phases: {', '.join(PHASES)})")
         if not sep:
-            raise UserError(f"schedule {text!r}: {item.strip()!r} needs a step count, e.g. '{name}:2'")
+            raise UserError(f"{what} {text!r}: {item.strip()!r} needs a step count, e.g. '{name}:2'")
         count = count.strip()
         if not count.isdigit() or int(count) < 1:
-            raise UserError(f"schedule {text!r}: the step count of {name!r} must be a whole number >= 1, "
+            raise UserError(f"{what} {text!r}: the step count of {name!r} must be a whole number >= 1, "
                             f"got {count!r}")
         parts.append((name, int(count)))
     return Schedule(tuple(parts))

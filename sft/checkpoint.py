@@ -98,14 +98,13 @@ def load_checkpoint(run_dir: str | Path, model: nn.Module, optimizer: optim.Opti
     missing = [f for f in FILES if not (path / f).is_file()]
     if missing:
         raise UserError(f"checkpoint {path} is incomplete or missing: no {missing[0]}")
-    state = parse_json(read_text(path / STATE_FILE, "checkpoint state"), f"checkpoint {path / STATE_FILE}", None)
+    step, extra = _read_state(path)
     try:
         weights = mx.load(str(path / ADAPTER_WEIGHTS))
         optimizer_state = mx.load(str(path / OPTIMIZER_FILE))
         key = mx.load(str(path / RNG_FILE))["key"]
     except (OSError, ValueError, RuntimeError, KeyError, TypeError) as err:
         raise UserError(f"checkpoint {path} is corrupt: {' '.join(str(err).split())[:200]}") from err
-    step, extra = _step_and_extra(state, path)
     expected_key = mx.random.state[0]
     if key.shape != expected_key.shape or key.dtype != expected_key.dtype:
         raise UserError(f"checkpoint {path} is corrupt: its random key is {str(key.dtype).split('.')[-1]} "
@@ -120,6 +119,19 @@ def load_checkpoint(run_dir: str | Path, model: nn.Module, optimizer: optim.Opti
     mx.random.state[0][...] = key  # mlx has no setter for its global key; assign into it
     mx.eval(model.parameters(), optimizer.state, mx.random.state)
     return Checkpoint(path, step, extra)
+
+
+def checkpoint_step(run_dir: str | Path) -> int | None:
+    """The step of the newest checkpoint of `run_dir` (None: it has none), read without loading it:
+    a run asked to stop before it can be refused before the model loads."""
+    path = latest_checkpoint(run_dir)
+    return None if path is None else _read_state(path)[0]
+
+
+def _read_state(path: Path) -> tuple[int, dict]:
+    """The step and extra of the checkpoint folder `path` (its state.json), or a one-line error."""
+    state = parse_json(read_text(path / STATE_FILE, "checkpoint state"), f"checkpoint {path / STATE_FILE}", None)
+    return _step_and_extra(state, path)
 
 
 def _step_and_extra(state, path: Path) -> tuple[int, dict]:

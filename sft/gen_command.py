@@ -13,7 +13,7 @@ from rich.table import Table
 from common.errors import UserError
 from common.fileio import atomic_replace_dir, atomic_write_json
 from common.knobs import knobs_of
-from common.options import json_option, knob_options, replaced_folder
+from common.options import json_option, knob_options, refuse_owned_output, replaced_folder
 from sft.gen_data import GenSettings
 from solver.options import solver_options, word_list_options
 from solver.policy import SolverSettings
@@ -40,6 +40,7 @@ def gen_sft(out, secrets, answers, allowed, hard, lookahead, top_k, model, overw
 
     from common.run_lock import run_lock
 
+    refuse_owned_output(json_path, "--json", [("--out", out)])
     check_out_path(Path(out))
     with run_lock(out):  # no run may be writing into the folder this one replaces
         check_out_dir(Path(out), overwrite)
@@ -64,6 +65,7 @@ def generate_dataset(out: Path, settings: GenSettings, model: str | None, secret
 
     from sft.gen_data import (deal_games, play_examples, secrets_by_split, secrets_used, split_summary,
                               token_lengths, write_dataset)
+    from sft.run_folder import OUTPUTS
     from common.progress import progress_bar
     from solver.decision_store import remembered
     from solver.entropy import guess_score
@@ -72,24 +74,26 @@ def generate_dataset(out: Path, settings: GenSettings, model: str | None, secret
 
     setup = load_setup(secret_kind, answers, allowed)
     solver = setup.solver(solver_settings)
-    # Start-up work stays off the clock, which times the per-example work: the opener
-    # (computed once, then cached), the compiled kernels' load, the datasets import.
-    solver.opener()
-    solver.load_kernels()
-    guess_score(setup.matrix, 0, setup.start.candidates)
-    import datasets  # noqa: F401
-    tokenizer, tokenizer_name = load_tokenizer(model)
-    gc.freeze()  # the start-up's objects (transformers, datasets) stay out of the run's collections
-    rng = np.random.default_rng(settings.seed)
-    dealt = deal_games(secrets_by_split(setup.lists.secrets(secret_kind)), settings.games, rng)
+    # Entered before any of the solver's work: a store that cannot be written is refused first.
+    with nullcontext(0) if cold else remembered(solver) as stored_decisions:
+        # Start-up work stays off the clock, which times the per-example work: the opener
+        # (computed once, then cached), the compiled kernels' load, the datasets import.
+        solver.opener()
+        solver.load_kernels()
+        guess_score(setup.matrix, 0, setup.start.candidates)
+        import datasets  # noqa: F401
+        tokenizer, tokenizer_name = load_tokenizer(model)
+        gc.freeze()  # the start-up's objects (transformers, datasets) stay out of the run's collections
+        rng = np.random.default_rng(settings.seed)
+        dealt = deal_games(secrets_by_split(setup.lists.secrets(secret_kind)), settings.games, rng)
 
-    started = time.perf_counter()
-    progress = progress_bar("games", disable=not show_progress)
-    teacher = expert_policy(solver, settings.expert)
-    with progress, (nullcontext(0) if cold else remembered(solver)) as stored_decisions:
-        task = progress.add_task("gen-sft", total=len(dealt))
-        examples = play_examples(setup, teacher, dealt, rng, settings.max_history, settings.off_policy,
-                                 settings.rejected, on_game=lambda: progress.advance(task))
+        started = time.perf_counter()
+        progress = progress_bar("games", disable=not show_progress)
+        teacher = expert_policy(solver, settings.expert)
+        with progress:
+            task = progress.add_task("gen-sft", total=len(dealt))
+            examples = play_examples(setup, teacher, dealt, rng, settings.max_history, settings.off_policy,
+                                     settings.rejected, on_game=lambda: progress.advance(task))
     played = time.perf_counter()
     prompt_tokens, answer_tokens = token_lengths(examples, tokenizer)
     counted = time.perf_counter()
@@ -108,13 +112,14 @@ def generate_dataset(out: Path, settings: GenSettings, model: str | None, secret
         "tokenizer": tokenizer_name,
         "format": "mlx-lm chat JSONL ({split}.jsonl) and a datasets DatasetDict (hf/)",
         "secrets": secrets_used(examples),
+        "files": sorted(OUTPUTS["gen-sft"].names),  # what --overwrite may delete (sft/run_folder.py)
     }
     atomic_replace_dir(out, lambda folder: write_dataset(folder, examples, manifest))
     done = time.perf_counter()
     seconds = done - started
     return {
         "out": str(out),
-        **{k: v for k, v in manifest.items() if k != "secrets"},
+        **{k: v for k, v in manifest.items() if k not in ("secrets", "files")},
         "seconds": round(seconds, 3),
         "play_seconds": round(played - started, 3),
         "token_seconds": round(counted - played, 3),
@@ -173,11 +178,11 @@ def check_out_path(out: Path) -> None:
 
 
 def check_out_dir(out: Path, overwrite: bool) -> None:
-    """Holding its lock: --out is empty, or a dataset that --overwrite may replace (never another
-    command's output: sft/run_folder.py)."""
-    from common.run_lock import LOCK_FILE
-    from sft.run_folder import claim
+    """Holding its lock: --out is empty, or a dataset that --overwrite may replace, holding nothing
+    gen-sft did not write (sft/run_folder.py: never another command's output, nor a user's file)."""
+    from sft.run_folder import claim, entries, refuse_foreign
 
     claim(out, "gen-sft")
-    if any(p.name != LOCK_FILE for p in out.iterdir()) and not overwrite:
+    if entries(out) and not overwrite:
         raise UserError(f"--out {out} exists and is not empty; pass --overwrite to replace it")
+    refuse_foreign(out, "gen-sft")

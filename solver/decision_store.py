@@ -24,8 +24,8 @@ from typing import Iterator
 import numpy as np
 
 from common.cache_files import digest
-from common.errors import note
-from common.fileio import atomic_write, cache_dir
+from common.errors import UserError, note
+from common.fileio import atomic_write, cache_dir, check_writable_file
 from solver.policy import Decision, EntropySolver
 
 _DECIDING_MODULES = ("policy.py", "lookahead.py", "safety.py", "entropy.py", "opener.py", "state.py", "feedback.py")
@@ -154,8 +154,15 @@ def save(solver: EntropySolver, path: Path) -> None:
 
 @contextmanager
 def remembered(solver: EntropySolver) -> Iterator[int]:
-    """Run with the stored decisions loaded (yields how many), and store the grown memo after."""
+    """Run with the stored decisions loaded (yields how many), and store the grown memo after. A
+    store that could not be written (a folder in its place, no permission) is refused before the
+    solver's work, which its write would otherwise lose at the end."""
     path = store_path(solver)
+    try:
+        check_writable_file(path)
+    except UserError as err:
+        raise UserError(f"the solver's decisions cannot be stored: {err}; remove what is in the way, set "
+                        "WORDLE_RL_CACHE to another folder, or pass --cold") from None
     before = load(solver, path)
     yield before
     if sum(len(table) for table in solver.memo_tables().values()) > before:

@@ -830,6 +830,41 @@ def test_run_killed_before_its_first_checkpoint_starts_again_on_resume(tmp_path,
     assert deterministic(read_metrics(out)) == deterministic(read_metrics(reference))
 
 
+def test_the_same_command_again_on_a_run_killed_before_its_first_checkpoint_says_it_starts_again(
+        tmp_path, reference_run, start_adapter, tiny_model_dir):  # noqa: F811
+    """Issue 63: `rl --out R` again (no --resume) on a run killed before its first checkpoint starts
+    it again with the note `sft` gives and the README promises; it was silent."""
+    reference, _ = reference_run
+    out = shutil.copytree(reference, tmp_path / "run")
+    shutil.rmtree(out / "checkpoints")
+    (out / "latest").unlink()
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(TINY_RUN))
+    result = run_cli("rl", "--model", tiny_model_dir, "--adapter", start_adapter, "--out", out, "--config", config,
+                     "--quiet")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [f"note: {out} has no checkpoint yet; its run starts again from step 0"]
+    assert deterministic(read_metrics(out)) == deterministic(read_metrics(reference))
+
+
+def test_a_resume_stops_in_one_line_on_a_log_line_that_is_not_a_step_and_on_fewer_steps(tmp_path, reference_run):
+    """Issue 63: `rl --out R` again with `{"note": 1}` or `null` in R/metrics.jsonl was KeyError: 'step'
+    or TypeError; `rl --out R --steps 2` on a run at step 3 blamed --resume, which was not given."""
+    reference, _ = reference_run
+    for number, line in enumerate(('{"note": 1}', "null")):
+        run = shutil.copytree(reference, tmp_path / f"run{number}")
+        with (run / "metrics.jsonl").open("a") as log:
+            log.write(line + "\n")
+        added = len(read_metrics(reference)) + 1
+        error = one_error_line(run_cli("rl", "--out", run, "--steps", "4", "--quiet"))
+        assert error.startswith(f"error: {run / 'metrics.jsonl'} line {added} is not a step record"), error
+        assert latest_checkpoint(run).name == "step-0000003"
+    run = shutil.copytree(reference, tmp_path / "short")
+    assert one_error_line(run_cli("rl", "--out", run, "--steps", "2", "--quiet")) == (
+        f"error: --steps 2: the run in {run} has done 3 steps already; give --steps 3 or more to run it longer, "
+        "or choose another --out for a new run")
+
+
 def one_error_line(result) -> str:
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.output
@@ -855,7 +890,7 @@ def test_corrupt_run_files_and_a_resume_past_the_end_are_one_line_errors(tmp_pat
          "its rng state does not load"),
         (state_with(rng=[1, 2]), [], "its rng state does not load (state must be a dict)"),
         (state_with(best={"wins": 3}), [], "its best eval has no step"),
-        (lambda run: None, ["--steps", "2"], "is at step 3 already, past --steps 2"),
+        (lambda run: None, ["--steps", "2"], "--steps 2: the run in"),
     ]
     for number, (edit, flags, message) in enumerate(cases):
         run = tmp_path / f"run{number}"

@@ -8,6 +8,7 @@ files recorded that is taken, with a note).
 from __future__ import annotations
 
 import json
+import shutil
 
 import mlx.core as mx
 import numpy as np
@@ -16,6 +17,7 @@ from click.testing import CliRunner
 from llm_fixtures import tiny_model_dir  # noqa: F401  (fixture)
 from test_bad_output import assert_one_error
 from test_naming_head import tiny_adapter  # noqa: F401  (fixture)
+from test_sft import conversations, data_dir, tiny_args  # noqa: F401  (fixtures)
 
 from cli import cli
 from llm.adapter_files import ADAPTER_WEIGHTS, save_adapter
@@ -123,3 +125,64 @@ def _sha256(path) -> str:
     import hashlib
 
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def train_games(tmp_path_factory) -> dict:
+    """The solver's eval of 4 training secrets: a games file that --from-games reads."""
+    path = tmp_path_factory.mktemp("games") / "games.json"
+    assert run("eval", "--games", 4, "--split", "train", "--quiet", "--json", path).exit_code == 0
+    return {"path": path, "result": json.loads(path.read_text())}
+
+
+def test_endgame_from_games_refuses_the_flags_it_does_not_read_and_labels_the_games_split(
+        tiny_model_dir, train_games, tmp_path):  # noqa: F811
+    """`eval --endgame --from-games F` answered F's positions whatever --split and --positions said,
+    and labelled the result with the --split given."""
+    args = ["eval", "--model", tiny_model_dir, "--endgame", "--from-games", train_games["path"], "--max-tokens", 8,
+            "--quiet"]
+    assert_one_error(run(*args, "--split", "test"), "--from-games answers every endgame position of its games: "
+                                                   "--split does not apply; leave it out")
+    assert_one_error(run(*args, "--split", "test", "--positions", 5), "--positions, --split do not apply")
+    out = tmp_path / "endgame.json"
+    assert run(*args, "--json", out).exit_code == 0
+    assert json.loads(out.read_text())["split"] == "train" == train_games["result"]["split"]
+
+
+def test_compare_refuses_nan_figures_results_without_a_shared_secret_and_the_flags_it_ignores(train_games,
+                                                                                              tmp_path):
+    games = train_games["result"]
+    nan = tmp_path / "nan.json"
+    nan.write_text(json.dumps({**games, "win_rate": float("nan")}))  # Python writes NaN; `nan%` was shown
+    assert_one_error(run("eval", "--compare", train_games["path"], nan), f"{nan}: win_rate is NaN, not a figure",
+                     "play the eval again")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**games, "per_game": [{**g, "secret": g["secret"][::-1]} for g in games["per_game"]]}))
+    assert_one_error(run("eval", "--compare", train_games["path"], other),
+                     f"--compare: {train_games['path']} and {other} share no secret")
+    for flags in (["--model", "default"], ["--games", 3], ["--endgame"], ["--split", "test"]):
+        assert_one_error(run("eval", "--compare", train_games["path"], train_games["path"], *flags),
+                         f"--compare shows two results already played: {flags[0]} does not apply; leave it out")
+    assert run("eval", "--compare", train_games["path"], train_games["path"], "--quiet").exit_code == 0
+
+
+@pytest.mark.parametrize("every", ["abc", "0", "-5", "nan", "inf"])
+def test_a_progress_interval_that_is_not_a_positive_number_is_refused_before_any_work(every, tmp_path):
+    """WORDLE_RL_PROGRESS_EVERY=abc was ignored, 0, -5 and nan printed a line at every update."""
+    result = CliRunner().invoke(cli, ["eval", "--games", 1, "--quiet", "--json", str(tmp_path / "e.json")],
+                                env={"WORDLE_RL_PROGRESS_EVERY": every})
+    assert_one_error(result, f"WORDLE_RL_PROGRESS_EVERY must be a number of seconds above 0 (e.g. 5), got {every!r}")
+    assert not (tmp_path / "e.json").exists()
+
+
+def test_sft_again_on_a_run_killed_before_its_first_checkpoint_says_it_starts_again(tmp_path, tiny_model_dir,  # noqa: F811
+                                                                                    data_dir):  # noqa: F811
+    """The same command, no --resume: the note the README promises (`rl` too: tests/test_rl.py)."""
+    run_dir = tmp_path / "run"
+    args = tiny_args(tiny_model_dir, data_dir, run_dir, "--iters", "1", "--eval-games", "0")
+    assert run("sft", *args).exit_code == 0
+    shutil.rmtree(run_dir / "checkpoints")
+    (run_dir / "latest").unlink()
+    again = run("sft", *args)
+    assert again.exit_code == 0, again.output
+    assert again.stderr.splitlines() == [f"note: {run_dir} has no checkpoint yet; its run starts again from step 0"]
