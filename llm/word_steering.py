@@ -59,6 +59,8 @@ class ScorePublisher(nn.Module):
         self.inner, self.scorer, self.naming = model, scorer, naming
         self.gate_token = naming[-1]
         self.rows: list[np.ndarray | None] = []
+        self.states: list[np.ndarray | None] = []  # each gated row's hidden state, which RL trains the head on
+        self.last_state: np.ndarray | None = None  # the state of the row `next_row` handed out last
         self.cursor = 0
 
     @property
@@ -69,11 +71,14 @@ class ScorePublisher(nn.Module):
         hidden = self.inner.model(inputs, cache, input_embeddings)
         logits = output_layer(self.inner)(hidden)
         self.rows, self.cursor = [None] * inputs.shape[0], 0
+        self.states = list(self.rows)
         if inputs.shape[1] == 1:
             gated = np.array(inputs[:, 0] == self.gate_token)
             if gated.any():
-                scores = np.array(self.scorer(hidden[:, -1].astype(mx.float32)))
+                last = hidden[:, -1].astype(mx.float32)
+                scores, states = np.array(self.scorer(last)), np.array(last)
                 self.rows = [scores[row] if gate else None for row, gate in enumerate(gated)]
+                self.states = [states[row] if gate else None for row, gate in enumerate(gated)]
         return logits
 
     def next_row(self) -> np.ndarray | None:
@@ -81,6 +86,7 @@ class ScorePublisher(nn.Module):
         if self.cursor >= len(self.rows):
             raise RuntimeError("more logits processors than rows: the steering lost its rows")
         row = self.rows[self.cursor]
+        self.last_state = self.states[self.cursor]
         self.cursor += 1
         return row
 
@@ -94,6 +100,8 @@ class WordSteering:
         self.scores: np.ndarray | None = None
         self.live: np.ndarray | None = None  # the words the tokens so far still spell
         self.depth = 0
+        self.state: np.ndarray | None = None  # the hidden state at the naming token, once it fired
+        self.named: int | None = None  # the index of the word it named, once whole
 
     def __call__(self, context: mx.array, logits: mx.array) -> mx.array:
         last = int(context[-1].item())
@@ -102,6 +110,7 @@ class WordSteering:
             raise RuntimeError("a processor was handed another row's scores")
         if scores is not None and self._named(context):
             self.scores, self.depth = np.where(self.banned, -np.inf, scores), 0
+            self.state, self.named = self.publisher.last_state, None
             self.live = np.flatnonzero(~self.banned)
             return self._first_tokens(logits)
         if self.live is None:
@@ -109,6 +118,9 @@ class WordSteering:
         padded = self.vocabulary.padded
         self.live = self.live[padded[self.live, self.depth] == last]
         self.depth += 1
+        whole = self.live[padded[self.live, self.depth] < 0]  # five letters: at most one word ends here
+        if len(whole):
+            self.named = int(whole[0])
         self.live = self.live[padded[self.live, self.depth] >= 0]
         if not len(self.live):  # the word is whole (or the model left the words): free again
             self.live = None

@@ -64,7 +64,7 @@ def rl_command(model, adapter, out, config_path, resume, quiet, json_path, **fla
     summary = run_rl(request)
     if summary is None:  # a process other than rank 0 under mlx.launch: rank 0 reports
         return
-    Console().print(summary_table(summary), *([heldout_table(summary)] if summary["heldout_last"] else []))
+    Console().print(summary_table(summary), *([heldout_table(summary)] if summary.get("heldout_last") else []))
     if json_path:
         atomic_write_json(json_path, summary)
 

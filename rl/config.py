@@ -20,6 +20,7 @@ from common.options import SEED
 from llm.loading import DTYPE
 from rl.expert_iteration import EISettings
 from rl.grpo import GrpoSettings
+from rl.head_policy import HeadRLSettings
 from rl.heldout import BEST_BY
 from rl.reward import RewardWeights
 from rl.rollout import RolloutSettings
@@ -58,6 +59,7 @@ class RLConfig:
     grpo: GrpoSettings = field(default_factory=GrpoSettings)
     ei: EISettings = field(default_factory=EISettings)
     lora: AdapterSettings = field(default_factory=AdapterSettings)  # a fresh adapter, when --adapter is not given
+    head: HeadRLSettings = field(default_factory=HeadRLSettings)  # the start's naming head, trained (rl/head_loop.py)
 
     @property
     def phases(self) -> Schedule:

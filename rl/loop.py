@@ -121,10 +121,28 @@ def run_rl(request: RunRequest) -> dict | None:
     holds the run folder's lock (common/run_lock.py) from the first check to the last write."""
     from common.run_lock import run_lock
 
+    if trains_head(request):
+        from rl.head_loop import run_head_rl
+
+        with run_lock(request.out):
+            return run_head_rl(request, request.show_progress)
     if not distributed.world().is_main:
         return _run_rl(request)
     with run_lock(request.out):
         return _run_rl(request)
+
+
+def trains_head(request: RunRequest) -> bool:
+    """Whether the run trains the start adapter's naming head (rl/head_loop.py) instead of a LoRA:
+    `head.train` auto does when the start has one, on requires one."""
+    from llm.naming_head import head_beside
+
+    setting = request.config.head.train
+    has_head = head_beside(request.adapter) is not None
+    if setting == "on" and not has_head:
+        raise UserError(f"head.train is on but the start adapter {request.adapter} has no naming head: "
+                        "run naming-head on it first")
+    return setting != "off" and has_head
 
 
 def _run_rl(request: RunRequest) -> dict | None:

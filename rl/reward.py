@@ -257,6 +257,18 @@ class RewardScorer:
             self._best.popitem(last=False)
         return best
 
+    def score_rows(self, rows: np.ndarray, state: GameState, secret: str) -> np.ndarray:
+        """The total reward of each allowed-list row as the guess at `state` (-1: unplayable),
+        with no thought credit: a naming head chooses the word, not the thought (rl/head_policy.py)."""
+        lists = self.setup.lists
+        history_rows = np.array([lists.index(t.guess) for t in state.turns], dtype=np.int64)
+        history_patterns = np.array([t.pattern for t in state.turns], dtype=np.int64)
+        total, _ = reward_kernel(self.setup.matrix, lists.allowed_codes, rows.astype(np.int64),
+                                 np.zeros(len(rows)), state.candidates, history_rows, history_patterns,
+                                 self._columns.get(secret, -1), len(state.turns) + 1, self.best_entropy(state),
+                                 self._weights)
+        return total
+
     def score(self, texts: list[str], state: GameState, secret: str | None = None) -> GroupRewards:
         """Rewards of `texts` answered at `state` (a win only counts when `secret` is given)."""
         parsed = parse_group(texts, state)

@@ -672,9 +672,12 @@ def test_word_steering_names_whole_words_by_their_scores_and_never_a_banned_one(
     processors = [WordSteering(publisher, vocabulary, banned) for banned in bans]
     settings = SamplingSettings(temperature=0.0, max_tokens=8)  # greedy: the free answer is comparable alone
     answers = sample(publisher, tokenizer, [prompt, prompt, prompt, free], 1, settings, 4, processors)
-    for (answer,), expected in zip(answers[:3], ["jumpy", "slate", "vowel"]):
+    for (answer,), expected, processor in zip(answers[:3], ["jumpy", "slate", "vowel"], processors):
         sequence = vocabulary.sequences[words.index(expected)]
         assert answer.tokens[:len(sequence)] == sequence
+        # what head RL trains at: the state the word was named from, and the word (rl/head_games.py)
+        assert processor.named == words.index(expected) and processor.state.shape == (model.args.hidden_size,)
+    assert processors[3].state is None and processors[3].named is None
     (unsteered,), = sample(model, tokenizer, [free], 1, settings)
     assert answers[3][0].tokens == unsteered.tokens
 
