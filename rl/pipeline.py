@@ -1,5 +1,12 @@
 """The whole recipe in one call: gen-sft -> sft -> rl (+ naming head) -> eval of base, SFT and RL.
 
+SFT from scratch takes hours on a CPU (2,400 steps of 16), so on a CPU with the default model
+the SFT stage is the bundled start (llm/bundled_start.py, the GPU recipe's SFT adapter) and the
+RL stage is the part that runs: a naming head fitted on it, then head RL (rl/head_loop.py), the
+RL model compared with its SFT start, and the start with its fitted head, on the same held-out
+test secrets. `--sft-start scratch` runs the small from-scratch demo instead (gen-sft, LoRA SFT,
+LoRA RL); `--sft-start DIR` starts from any SFT adapter folder.
+
 Each stage calls the same code as its command and records its summary in
 `OUT/stages.json` when it finishes. Running the pipeline again skips finished stages
 and resumes an interrupted SFT or RL run from its last checkpoint, so a crash costs
@@ -39,7 +46,9 @@ from sft.run_folder import claim, refuse_changes
 
 STAGES_FILE = "stages.json"
 MODELS = ("base", "sft", "rl")
+HEADED_MODELS = ("base", "sft", "sft-head", "rl")  # from an SFT start: the start with its fitted head too
 RECIPES = ("auto", "cpu", "gpu")
+SFT_STARTS = ("auto", "bundled", "scratch")  # or an adapter folder
 # The main job on a GPU (CUDA or Metal): the SFT of ../shared/adapters/gpu-sft-2400 (2,400 steps of
 # 16 on 10,000 solver games, 28-33 of 128 held-out wins; 8.5 minutes on an H100 as mlx ran it
 # then), then endgame RL (results/endgame-rl/) with groups of 16 and RL/best chosen by the held-out
@@ -47,7 +56,7 @@ RECIPES = ("auto", "cpu", "gpu")
 GPU_RECIPE = {"sft_games": 10_000, "expert": "solver", "sft_iters": 2400, "sft_batch": 16, "sft_rank": 16,
               "sft_lr": 5e-4, "rl_steps": 40, "rl_schedule": "grpo:1", "group_size": 16, "rl_games": 32,
               "grpo_groups": 32, "rl_start": "endgame", "rl_turns": 1, "rl_eval_every": 4, "rl_eval_endgame": 256,
-              "eval_games": 128, "naming_head": HeadSettings().positions}
+              "eval_games": 128, "naming_head": HeadSettings().positions, "sft_start": "scratch"}
 
 
 def recipe_for(name: str, device=None) -> dict:
@@ -124,6 +133,20 @@ class PipelineSettings:
     # (results/naming-head/). Its states cost 1.6 s a position on a 2-core CPU.
     naming_head: int = knob(0, "Training positions of a naming head fitted on RL's chosen adapter, which the RL "
                                "model then plays with (0: none).", range=(0, 1_000_000), flag="--naming-head")
+    # Where SFT comes from: auto is the bundled start for the default model (SFT from scratch takes
+    # hours on a CPU), SFT from scratch for any other; or an SFT adapter folder.
+    sft_start: str = knob("auto", "The SFT stage: auto (the bundled SFT start for the default model, from scratch "
+                                  "for others), bundled, scratch (gen-sft + LoRA SFT), or an SFT adapter folder to "
+                                  "start from.", flag="--sft-start")
+    # From an SFT start, RL trains a naming head fitted on it (rl/head_loop.py).
+    start_head: int = knob(640, "From an SFT start: training positions of the naming head fitted on it, which head "
+                                "RL then trains (each costs one model pass, ~1.6 s on 2 cores).",
+                           range=(1, 1_000_000), flag="--start-head")
+    head_rl_steps: int = rl_knob("steps", 200, "--head-rl-steps",
+                                 help="From an SFT start: head RL steps (each a few seconds; the games come first).")
+    head_games: int = rl_knob("head.games", 32, "--head-games")
+    head_eval_every: int = rl_knob("eval_every", 20, help="From an SFT start: steps between the head's held-out "
+                                                          "validation figures (its best is the RL model).")
     max_tokens: int = rl_knob("rollout.max_tokens", 160)  # the longest solver answer is ~130 tokens
     dtype: str = rl_knob("dtype", "auto", "--dtype")  # the weights' dtype in every stage (llm/loading.py)
 
@@ -132,20 +155,47 @@ class PipelineSettings:
         gen-sft and an SFT run. Each is checked as its stage's knob, and the RL config as a whole."""
         check_knobs(self, NAMES)
         self.rl_config()
+        self.head_rl_config()
+        start = self.resolved_start
+        if start == "bundled" and self.model != "default":
+            raise UserError(f"--sft-start bundled is the default model's SFT start, not {self.model}'s: give "
+                            "--sft-start scratch or an adapter folder of that model")
+        if start not in SFT_STARTS and not (Path(start) / "adapters.safetensors").is_file():
+            raise UserError(f"--sft-start {start}: not an adapter folder (no adapters.safetensors there); give "
+                            "auto, bundled, scratch or an SFT adapter folder")
 
     def rl_config(self) -> RLConfig:
         """The RL stage's config: the RL knobs set here, and what the pipeline fixes (a checkpoint
         every step, one round of games per GRPO step, RL/best by what the validation evals play)."""
-        knobs = {f.metadata[RL_KEY]: getattr(self, f.name) for f in fields(self) if RL_KEY in f.metadata}
+        knobs = {f.metadata[RL_KEY]: getattr(self, f.name) for f in fields(self)
+                 if RL_KEY in f.metadata and f.name not in HEAD_RL_FIELDS}
         fixed = {"checkpoint_every": 1, "grpo.max_rollouts": 1,
                  "best_by": "endgame" if self.rl_eval_endgame else "wins"}
         return build_config({}, {**knobs, **fixed}, "pipeline", RL_FLAGS)
 
+    def head_rl_config(self) -> RLConfig:
+        """The RL stage's config from an SFT start: head RL on the start's fitted head."""
+        knobs = {f.metadata[RL_KEY]: getattr(self, f.name) for f in fields(self)
+                 if RL_KEY in f.metadata and (f.name in HEAD_RL_FIELDS or f.name in SHARED_RL_FIELDS)}
+        return build_config({}, {**knobs, "head.train": "on", "checkpoint_every": 10}, "pipeline", HEAD_RL_FLAGS)
+
+    @property
+    def resolved_start(self) -> str:
+        """bundled, scratch, or an adapter folder: what `sft_start` means for this model."""
+        if self.sft_start == "auto":
+            return "bundled" if self.model == "default" else "scratch"
+        return self.sft_start
+
 
 # How messages name each setting: by the flag spelt from its name, also where only a recipe sets it.
 NAMES = {f.name: flag(f.name) for f in fields(PipelineSettings)}
+HEAD_RL_FIELDS = ("head_rl_steps", "head_games", "head_eval_every")  # the RL stage's knobs from an SFT start
+SHARED_RL_FIELDS = ("seed", "max_tokens", "dtype")  # and those both RL stages take
 # The pipeline's flag behind each RL knob it sets: an RL check names the flag the user gave.
-RL_FLAGS = {f.metadata[RL_KEY]: NAMES[f.name] for f in fields(PipelineSettings) if RL_KEY in f.metadata}
+RL_FLAGS = {f.metadata[RL_KEY]: NAMES[f.name] for f in fields(PipelineSettings)
+            if RL_KEY in f.metadata and f.name not in HEAD_RL_FIELDS}
+HEAD_RL_FLAGS = {f.metadata[RL_KEY]: NAMES[f.name] for f in fields(PipelineSettings)
+                 if RL_KEY in f.metadata and (f.name in HEAD_RL_FIELDS or f.name in SHARED_RL_FIELDS)}
 
 
 class Stages:
@@ -207,18 +257,29 @@ def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = Tr
 
 
 def _run_pipeline(out: Path, stages: Stages, show_progress: bool) -> dict:
-    from eval.run import EvalRequest, ModelSpec, run_eval
     from llm.loading import resolve_model
+
+    # Every setting of every stage, and the model, are checked before the first stage runs
+    # (settings.check() ran before the lock): a bad --group-size must not cost a gen-sft and an SFT run.
+    settings = stages.settings
+    resolve_model(settings.model)
+    out.mkdir(parents=True, exist_ok=True)
+    if settings.resolved_start == "scratch":
+        adapters, rl, models = _from_scratch(out, stages, show_progress)
+    else:
+        adapters, rl, models = _from_start(out, stages, show_progress)
+    return _compare(out, stages, adapters, rl, models, show_progress)
+
+
+def _from_scratch(out: Path, stages: Stages, show_progress: bool) -> tuple[dict, dict, tuple[str, ...]]:
+    """gen-sft, LoRA SFT and LoRA RL (then a naming head on RL's adapter, when asked)."""
     from rl.loop import RunRequest, run_rl
     from rl.naming_head import run_naming_head
     from sft.checkpoint import latest_checkpoint
     from sft.config import SFTConfig
     from sft.gen_command import generate_dataset
     from sft.run import run_sft
-    from solver.setup import load_setup
 
-    # Every setting of every stage, and the model, are checked before the first stage runs
-    # (settings.check() ran before the lock): a bad --group-size must not cost a gen-sft and an SFT run.
     settings = stages.settings
     data, sft_dir, rl_dir = out / "data", out / "sft", out / "rl"
     sft_config = SFTConfig(model=settings.model, data=str(data), out=str(sft_dir), iters=settings.sft_iters,
@@ -226,8 +287,6 @@ def _run_pipeline(out: Path, stages: Stages, show_progress: bool) -> dict:
                            save_every=max(1, settings.sft_iters // 4), seed=settings.seed, dtype=settings.dtype)
     sft_config.check()
     rl_config = settings.rl_config()
-    resolve_model(settings.model)
-    out.mkdir(parents=True, exist_ok=True)
     console = Console()
 
     console.rule("1/4 gen-sft: solver games with chain-of-thought")
@@ -248,20 +307,79 @@ def _run_pipeline(out: Path, stages: Stages, show_progress: bool) -> dict:
         head = HeadSettings(positions=settings.naming_head, seed=settings.seed)
         stages.run("naming-head", lambda: _head_figures(run_naming_head(
             settings.model, adapters["rl"], head, None, settings.dtype, show_progress)))
+    compared = {**rl, "compared_step": rl["best_step"] if rl["best_adapter"] else rl["steps"]}
+    return adapters, compared, MODELS
 
-    console.rule("4/4 eval: the same held-out test secrets for every model")
+
+def _from_start(out: Path, stages: Stages, show_progress: bool) -> tuple[dict, dict, tuple[str, ...]]:
+    """An SFT start (the bundled one or a folder), a naming head fitted on it, and head RL."""
+    from llm.bundled_start import copy_start, verified_start
+    from rl.loop import RunRequest, run_rl
+    from rl.naming_head import run_naming_head
+    from sft.checkpoint import latest_checkpoint
+
+    settings = stages.settings
+    start = settings.resolved_start
+    sft_dir, rl_dir = out / "sft" / "adapter", out / "rl"
+    console = Console()
+    if start == "bundled":
+        verified_start()
+        console.print("SFT from scratch takes hours on a CPU (2,400 steps of 16): this run starts from the bundled "
+                      "SFT start (llm/sft_start/, the GPU recipe's SFT stage) and runs the RL stage; --sft-start "
+                      "scratch runs the from-scratch demo instead.", markup=False, highlight=False)
+    console.rule(f"1/4 sft: the SFT start ({start})")
+    source = Path(start) if start != "bundled" else None
+    stages.run("sft", lambda: _copied_start(source, sft_dir, copy_start))
+
+    console.rule(f"2/4 naming head on the SFT start: {settings.start_head} positions")
+    head = HeadSettings(positions=settings.start_head, seed=settings.seed)
+    stages.run("naming-head", lambda: _head_figures(run_naming_head(
+        settings.model, str(sft_dir), head, None, settings.dtype, show_progress)))
+
+    console.rule("3/4 rl: GRPO alternating with expert iteration on the naming head")
+    rl = stages.run("rl", lambda: run_rl(RunRequest(settings.model, str(sft_dir), rl_dir, settings.head_rl_config(),
+                                                    resume=latest_checkpoint(rl_dir) is not None,
+                                                    show_progress=show_progress)))
+    adapters = {"base": None, "sft": str(sft_dir), "sft-head": str(sft_dir), "rl": rl["best_adapter"]}
+    return adapters, {**rl, "compared_step": rl["best_step"]}, HEADED_MODELS
+
+
+def _copied_start(source: Path | None, dest: Path, copy_start) -> dict:
+    """The SFT stage from a start: its adapter copied into the run (the bundled one verified first)."""
+    import shutil
+
+    from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+
+    if source is None:
+        copy_start(dest)
+    else:
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
+            shutil.copy2(source / name, dest / name)
+    return {"adapter": str(dest), "start": "bundled" if source is None else str(source)}
+
+
+def _compare(out: Path, stages: Stages, adapters: dict, rl: dict, models: tuple[str, ...],
+             show_progress: bool) -> dict:
+    """Every model on the same held-out test secrets, RL judged against SFT, paired."""
+    from eval.run import EvalRequest, ModelSpec, run_eval
+    from solver.setup import load_setup
+
+    settings = stages.settings
+    Console().rule("4/4 eval: the same held-out test secrets for every model")
     # Sampled, not greedy: a greedy model repeats the same unparsable answer three times and
     # loses every game to it (the SFT eval in the first session did exactly that).
     sampling = SamplingSettings(max_tokens=settings.max_tokens)
     results = {}
-    for name in MODELS:
-        request = EvalRequest("test", settings.eval_games, settings.seed,
-                              model=ModelSpec(settings.model, adapters[name], sampling, dtype=settings.dtype))
+    for name in models:
+        spec = ModelSpec(settings.model, adapters[name], sampling, dtype=settings.dtype,
+                         naming_head=name != "sft" or "sft-head" not in models)
+        request = EvalRequest("test", settings.eval_games, settings.seed, model=spec)
         results[name] = stages.run(f"eval-{name}", lambda request=request, name=name: _without_games(run_eval(
             load_setup("answers"), request, str(out / f"eval-{name}.json"), show_progress)))
     verdict = improvement_verdict(*(read_json(out / f"eval-{name}.json", "eval results") for name in ("sft", "rl")))
-    summary = {"out": str(out), "settings": asdict(settings), "eval": results,
-               "rl_compared_step": rl["best_step"] if rl["best_adapter"] else rl["steps"],
+    summary = {"out": str(out), "settings": asdict(settings), "models": list(models), "eval": results,
+               "rl_compared_step": rl["compared_step"],
                "rl_vs_sft": {**verdict.to_json(), "summary": verdict.line("SFT", "RL")},
                "seconds": {name: stage["stage_seconds"] for name, stage in stages.done.items()}}
     atomic_write_json(out / "summary.json", summary)
@@ -280,13 +398,14 @@ def _without_games(result: dict) -> dict:
 
 def comparison_table(summary: dict) -> Table:
     temperature = summary["eval"]["sft"].get("temperature", SamplingSettings().temperature)
-    table = Table(title=f"{summary['eval']['sft']['games']} held-out test games, sampled at {temperature}: "
-                        "base vs SFT vs RL")
+    table = Table(title=f"{summary['eval']['sft']['games']} held-out test games, sampled at {temperature}, "
+                        f"the same secrets for each: {' vs '.join(summary.get('models', MODELS))}")
     table.add_column("figure")
-    for name in MODELS:
+    models = summary.get("models", MODELS)
+    for name in models:
         label = f"rl (step {summary['rl_compared_step']})" if name == "rl" and "rl_compared_step" in summary else name
         table.add_column(label, justify="right")
     for label, key, pattern in FIGURES:
-        values = [summary["eval"][name].get(key) for name in MODELS]
+        values = [summary["eval"][name].get(key) for name in models]
         table.add_row(label, *("-" if v is None else pattern.format(v) for v in values))
     return table

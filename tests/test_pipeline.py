@@ -83,3 +83,63 @@ def test_pipeline_resume_needs_a_run(tmp_path):
 def test_pipeline_bad_values():
     result = CliRunner().invoke(cli, ["pipeline", "--out", "/tmp/never-made", "--sft-iters", "0"])
     assert result.exit_code == 2 and "'--sft-iters': 0 is not in the range" in result.output
+
+
+def test_pipeline_from_an_sft_start_fits_a_head_trains_it_and_compares_four_models(tmp_path_factory, tmp_path,
+                                                                                    monkeypatch):
+    """From an SFT adapter folder (what the bundled start is for the default model): the start is
+    copied, a naming head fitted on it, head RL trains it, and base, SFT (no head), SFT with its
+    head and RL play the same held-out secrets; killed in RL, the same call finishes the run."""
+    import mlx.core as mx
+
+    from llm.adapter_files import save_adapter
+    from llm.loading import load_model
+    from sft.lora import AdapterSettings, attach_adapter, trainable_weights
+
+    tiny = cached_tiny_model(tmp_path_factory.mktemp("tiny"))
+    model, _ = load_model(str(tiny))
+    mx.random.seed(0)
+    config = attach_adapter(model, AdapterSettings(rank=2))
+    start = save_adapter(tmp_path / "start", trainable_weights(model), config)
+    settings = PipelineSettings(model=str(tiny), sft_start=str(start), start_head=4, head_rl_steps=2, head_games=2,
+                                head_eval_every=1, eval_games=3, max_tokens=12)
+    out = tmp_path / "run"
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("rl.head_loop.save_checkpoint", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(out, settings, show_progress=False)
+    monkeypatch.undo()
+    assert list(json.loads((out / STAGES_FILE).read_text())["stages"]) == ["sft", "naming-head"]
+
+    summary = run_pipeline(out, settings, show_progress=False)
+    stages = json.loads((out / STAGES_FILE).read_text())["stages"]
+    models = ["base", "sft", "sft-head", "rl"]
+    assert list(stages) == ["sft", "naming-head", "rl", *(f"eval-{m}" for m in models)]
+    assert summary["models"] == models and stages["rl"]["steps"] == 2
+    results = {m: json.loads((out / f"eval-{m}.json").read_text()) for m in models}
+    assert "naming head" not in results["sft"]["policy"] and results["sft-head"]["policy"].endswith("+naming head")
+    assert results["rl"]["naming_head"] == str(out / "rl" / "best" / "naming_head.npz")
+    secrets = [[g["secret"] for g in results[m]["per_game"]] for m in models]
+    assert all(s == secrets[0] for s in secrets)
+    assert (out / "sft" / "adapter" / "adapters.safetensors").read_bytes() == (start / "adapters.safetensors").read_bytes()
+
+
+def test_the_bundled_start_is_verified_and_a_damaged_copy_is_one_clear_error(tmp_path):
+    import shutil
+
+    from common.errors import UserError
+    from llm.bundled_start import FOLDER, SHA256, copy_start, verified_start
+
+    assert verified_start() == FOLDER and (FOLDER / "adapters.safetensors").stat().st_size <= 10_000_000
+    copy = copy_start(tmp_path / "start")
+    assert verified_start(copy) == copy
+    with open(copy / "adapters.safetensors", "r+b") as f:
+        f.truncate(1000)
+    with pytest.raises(UserError, match="is damaged"):
+        verified_start(copy, SHA256)
+    shutil.rmtree(copy)
+    with pytest.raises(UserError, match="is missing"):
+        verified_start(copy)
