@@ -188,7 +188,37 @@ def summarise(games: list[GameRecord], seconds: float, setup_seconds: float = 0.
         "mean_regret_bits": round(float(np.mean([m.regret_bits for m in measured])), 4) if measured else None,
         "mean_regret_expected_left": round(float(np.mean([m.regret_expected for m in measured])), 3) if measured else None,
         "lost_to_invalid": sum(g.invalid_streak >= MAX_INVALID_IN_A_ROW for g in games),
+        **where_lost(games),
     }
+
+
+def candidates_before_each_turn(state: GameState) -> list[int]:
+    """How many secrets fitted the clues when each of the game's guesses was made, and after the
+    last one (one more entry than turns)."""
+    replay = GameState(state.lists, state.matrix, state.secret_kind)
+    counts = [len(replay.candidates)]
+    for turn in state.turns:
+        replay = replay.play(turn.guess, turn.pattern)
+        counts.append(len(replay.candidates))
+    return counts
+
+
+def where_lost(games: list[GameRecord]) -> dict:
+    """Where games are lost: the lost ones by the candidates left after their last guess (one left:
+    lost at the naming; 2-6: in the endgame; more: in the middle), and of the games that got down
+    to one candidate, how many won with the next guess (the in-game closing rate)."""
+    lost = [g for g in games if not g.state.won and g.invalid_streak < MAX_INVALID_IN_A_ROW]
+    left = [len(g.state.candidates) for g in lost]
+    reached = closed = 0
+    for game in games:
+        counts = candidates_before_each_turn(game.state)
+        guessed_at = counts[:-1] if game.state.won else counts  # after a win, the one left is the secret found
+        if 1 in guessed_at:
+            reached += 1
+            closed += game.state.won and guessed_at.index(1) == len(game.state.turns) - 1
+    return {"lost_one_left": left.count(1), "lost_two_to_six_left": sum(2 <= n <= 6 for n in left),
+            "lost_seven_or_more_left": sum(n > 6 for n in left), "reached_one_left": reached,
+            "closed_from_one_left": int(closed)}
 
 
 def evaluate(player: Player, setup: Setup, secrets: list[str], measure_moves: bool = True,

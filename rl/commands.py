@@ -190,7 +190,7 @@ def heldout_table(summary: dict):
     for name, figures in evals:
         table.add_column(f"{name} (step {figures['step']})", justify="right")
     rows = [(label, key, pattern) for label, key, pattern in
-            (*FIGURES, ("games lost to 3 unplayable answers", "lost_to_invalid", "{:d}")) if key in HELD_OUT_FIGURES]
+            FIGURES if key in HELD_OUT_FIGURES]
     rows += [(f"endgame: {label}", ENDGAME + key, "{:.1%}") for key, label in ENDGAME_LABELS.items()]
     for label, key, pattern in rows:
         if any(key in f for _, f in evals):

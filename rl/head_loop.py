@@ -142,10 +142,19 @@ def run_head_rl(request, show_progress: bool = True) -> dict:
         rng.bit_generator.state = checkpoint.extra["rng"]
         metrics.keep_until(start)
 
+    own_states, own_banned = mx.array(own_bank.states), masked_rows(own_bank.banned, len(allowed))
+
+    def p_secret(states: mx.array, banned: mx.array, secrets: np.ndarray) -> float:
+        if not len(secrets):
+            return None
+        log_p = word_log_probs(module.params(), basis, states, banned, temperature)
+        return round(float(mx.exp(log_p[mx.arange(len(secrets)), mx.array(secrets)]).mean()), 5)
+
     def validation() -> dict:
-        log_p = word_log_probs(module.params(), basis, val_states, val_banned, temperature)
-        p_secret = mx.exp(log_p[mx.arange(len(val_secrets)), mx.array(val_secrets)])
-        return {"validation_p_secret": round(float(p_secret.mean()), 5)}
+        """The secret's probability at the play temperature on held-out validation states (what
+        chooses RUN/best) and at the model's own training states (memory, told from skill)."""
+        return {"validation_p_secret": p_secret(val_states, val_banned, val_secrets),
+                "own_train_p_secret": p_secret(own_states, own_banned, own_bank.secret_rows)}
 
     def export(folder: Path) -> None:
         head = as_head(module.params(), start_head.beta)
