@@ -25,18 +25,35 @@ LAUNCH = """
 import sys
 from pathlib import Path
 from rl.pipeline import PipelineSettings, run_pipeline
+start = {"sft_start": sys.argv[3], "start_head": 4, "head_rl_steps": 4, "head_games": 2, "head_eval_every": 1} \\
+    if len(sys.argv) > 3 else {}
 settings = PipelineSettings(model=sys.argv[1], sft_games=12, sft_iters=4, rl_steps=4, rl_games=2, group_size=2,
-                            eval_games=3, max_tokens=12)
+                            eval_games=3, max_tokens=12, **start)
 run_pipeline(Path(sys.argv[2]), settings, show_progress=False)
 """
 TIMING = ("seconds", "per_second", "per_minute", "per_s", "peak_memory", "rollout_share")  # rollout_share: of the step's seconds
-PATHS = ("run", "adapter", "best_adapter", "policy")  # name the run folder
+PATHS = ("run", "adapter", "best_adapter", "policy", "states", "naming_head")  # name the run folder
 
 
-def pipeline(model: Path, out: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", LAUNCH, str(model), str(out)], cwd=REPO,
+def pipeline(model: Path, out: Path, start: Path | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", LAUNCH, str(model), str(out), *([str(start)] if start else [])],
+                            cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def sft_start(model: Path, folder: Path) -> Path:
+    """A LoRA adapter on the tiny model, to start the pipeline from."""
+    import mlx.core as mx
+
+    from llm.adapter_files import save_adapter
+    from llm.loading import load_model
+    from sft.lora import AdapterSettings, attach_adapter, trainable_weights
+
+    loaded, _ = load_model(str(model))
+    mx.random.seed(0)
+    config = attach_adapter(loaded, AdapterSettings(rank=2))
+    return save_adapter(folder, trainable_weights(loaded), config)
 
 
 def without_timing(value):
@@ -50,7 +67,8 @@ def without_timing(value):
 
 def results(out: Path) -> dict:
     stages = json.loads((out / STAGES_FILE).read_text())["stages"]
-    games = {m: json.loads((out / f"eval-{m}.json").read_text())["per_game"] for m in MODELS}
+    games = {m: json.loads((out / f"eval-{m}.json").read_text())["per_game"] for m in (*MODELS, "sft-head")
+             if (out / f"eval-{m}.json").is_file()}
     rl = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
     return without_timing({"stages": {k: v for k, v in stages.items() if k != "gen-sft"}, "games": games, "rl": rl})
 
@@ -65,16 +83,19 @@ def differences(a, b, where: str = "") -> list[str]:
 
 
 @pytest.mark.slow
-def test_pipeline_killed_at_random_moments_finishes_as_if_never_killed(tmp_path_factory, tmp_path):
+@pytest.mark.parametrize("from_start", [False, True], ids=["from-scratch", "from-an-sft-start"])
+def test_pipeline_killed_at_random_moments_finishes_as_if_never_killed(tmp_path_factory, tmp_path, from_start):
+    """From scratch, and from an SFT start (the default model's CPU path: head fit, head RL)."""
     model = cached_tiny_model(tmp_path_factory.mktemp("tiny"))
+    start = sft_start(model, tmp_path / "start") if from_start else None
     began = time.monotonic()
-    reference = pipeline(model, tmp_path / "reference")
+    reference = pipeline(model, tmp_path / "reference", start)
     assert reference.wait() == 0, reference.stderr.read().decode()[-2000:]
     seconds = time.monotonic() - began
 
     out, chance, kills = tmp_path / "killed", random.Random(16), 0
     while True:
-        process = pipeline(model, out)
+        process = pipeline(model, out, start)
         try:
             # Three delays of at most a third of the whole run each: at least three kills land.
             code = process.wait(timeout=chance.uniform(0.5, seconds / 3) if kills < 8 else None)
