@@ -50,8 +50,9 @@ MODEL_FLAGS = ("model", "adapter", "temperature", "top_p", "max_tokens", "batch_
               help="Endgame positions from a model's own eval JSON (every answer it gave at one) instead of the "
                    "solver's games.")
 @click.option("--naming-head/--no-naming-head", default=True, show_default=True,
-              help="Name words at one-candidate positions by the naming head saved beside --adapter "
-                   "(naming_head.npz, written by `naming-head`), when there is one.")
+              help="Play with the naming head saved beside --adapter (naming_head.npz, written by `naming-head`), "
+                   "when there is one: where the model writes ' Only', the head names a whole allowed word, never "
+                   "one played or refused at that turn; the rest of every answer is the model's.")
 @model_options
 def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lookahead, top_k,
                  json_path, compare, quiet, constrain_guess, endgame, positions, max_candidates, from_games,

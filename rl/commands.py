@@ -47,6 +47,12 @@ def override_options(f: Callable) -> Callable:
 def rl_command(model, adapter, out, config_path, resume, quiet, json_path, **flags) -> None:
     """Train a LoRA adapter with GRPO on whole games, alternating with filtered expert iteration.
 
+    When --adapter has a naming head beside it (naming-head writes one), RL trains that head
+    instead, the model frozen (--head off: the LoRA): the model plays --head-games training games
+    with it, and GRPO and expert iteration train the head's word choice at the states where it
+    named a word (where the model writes ' Only', a whole allowed word, never a played or refused
+    one); RUN/best is the start adapter with the head chosen on held-out validation positions.
+
     Run the same command again to continue the run in --out from its last checkpoint (a run
     that never reached one starts again). Its flags and --config are compared with the run's
     record: the same values are fine, another is an error naming the flag; --steps may grow.

@@ -31,6 +31,10 @@ def naming_head_command(model, adapter, states_path, dtype, quiet, json_path, **
     """Fit a naming head: every allowed word scored at the token before the model names the one
     candidate left, fitted toward the reward's KL-regularised optimum there (rl/naming_head.py).
 
+    In play the head acts where the model writes ' Only' (in any position, also where more than
+    one word is left): it names a whole allowed word, token by token by its words' scores, and
+    never a word played or refused at that turn; everything else in the answer is the model's.
+
     The model stays frozen; its states at one-candidate positions of training words are computed
     once (about 1.6 s each on a 2-core CPU) and kept in --states. `eval` with this --adapter then
     names words by the head (--no-naming-head: without it)."""

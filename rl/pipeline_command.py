@@ -29,13 +29,19 @@ def _refuse_games_start(settings: PipelineSettings, out: Path) -> None:
               help="Base model (mlx-lm folder, HF id, 'default').")
 @knob_options(declared(PipelineSettings))
 @click.option("--recipe", type=click.Choice(RECIPES), default="auto", show_default=True,
-              help="Sizes of every stage: cpu (a 35-minute demo on 2 cores) or gpu (the GPU SFT recipe and endgame "
+              help="Sizes of every stage: cpu (the RL stage from the bundled SFT start, for the default model) or gpu (the "
+                   "GPU SFT recipe from scratch and endgame "
                    "RL, rl/pipeline.py GPU_RECIPE); auto picks by device. Flags you give override it.")
 @click.option("--resume", is_flag=True, help="Continue the pipeline in --out (running the same command again does "
                                              "too); flags left out are the run's own.")
 @json_option
 def pipeline_command(out, recipe, resume, json_path, **flags) -> None:
     """Teach the model Wordle end to end and compare base, SFT and RL on held-out secrets.
+
+    On a CPU with the default model, SFT from scratch would take hours: the run starts from the
+    bundled SFT start (llm/sft_start/), fits a naming head on it and trains that head with RL
+    (GRPO and expert iteration), then plays base, SFT, SFT + head and RL on the same secrets.
+    --sft-start scratch runs the from-scratch demo instead (gen-sft, LoRA SFT, LoRA RL).
 
     Run the same command again to continue the pipeline in --out: finished stages are
     skipped, an interrupted SFT or RL stage resumes from its last checkpoint. Its flags are

@@ -83,6 +83,11 @@ def test_pipeline_resume_needs_a_run(tmp_path):
 def test_pipeline_bad_values():
     result = CliRunner().invoke(cli, ["pipeline", "--out", "/tmp/never-made", "--sft-iters", "0"])
     assert result.exit_code == 2 and "'--sft-iters': 0 is not in the range" in result.output
+    result = CliRunner().invoke(cli, ["pipeline", "--out", "/tmp/never-made", "--sft-start", "/no/such/adapter"])
+    assert result.exit_code == 2 and "--sft-start /no/such/adapter: not an adapter folder" in result.stderr
+    result = CliRunner().invoke(cli, ["pipeline", "--out", "/tmp/never-made", "--model", "/tmp", "--sft-start",
+                                      "bundled"])
+    assert result.exit_code == 2 and "the default model's SFT start" in result.stderr
 
 
 def test_pipeline_from_an_sft_start_fits_a_head_trains_it_and_compares_four_models(tmp_path_factory, tmp_path,
