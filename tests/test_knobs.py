@@ -16,7 +16,7 @@ from common.options import SEED, flag
 from llm.loading import DTYPE
 from rl.commands import FLAGS
 from rl.config import KNOBS, RLConfig, build_config
-from rl.pipeline import RL_FLAGS, RL_KEY, PipelineSettings
+from rl.pipeline import HEAD_RL_FLAGS, RL_FLAGS, RL_KEY, PipelineSettings
 from sft.config import KNOBS as SFT_KNOBS
 from sft.config import SFTConfig
 from sft.gen_data import GenSettings
@@ -64,8 +64,9 @@ def test_every_flagged_knob_is_an_rl_option_once():
 
 def test_the_pipeline_names_its_own_flag_for_every_rl_knob_it_sets():
     settings = [f for f in fields(PipelineSettings) if RL_KEY in f.metadata]
-    assert {f.metadata[RL_KEY] for f in settings} == set(RL_FLAGS) <= set(KNOBS)
+    assert {f.metadata[RL_KEY] for f in settings} == set(RL_FLAGS) | set(HEAD_RL_FLAGS) <= set(KNOBS)
     assert RL_FLAGS["rollout.group_size"] == "--group-size" and RL_FLAGS["steps"] == "--rl-steps"
+    assert HEAD_RL_FLAGS["steps"] == "--head-rl-steps" and HEAD_RL_FLAGS["head.games"] == "--head-games"
     assert all(entry.knob.flag == flag(entry.key) for entry in DERIVED["pipeline"][0])
 
 
