@@ -379,7 +379,7 @@ def _compare(out: Path, stages: Stages, adapters: dict, rl: dict, models: tuple[
             load_setup("answers"), request, str(out / f"eval-{name}.json"), show_progress)))
     verdict = improvement_verdict(*(read_json(out / f"eval-{name}.json", "eval results") for name in ("sft", "rl")))
     summary = {"out": str(out), "settings": asdict(settings), "models": list(models), "eval": results,
-               "rl_compared_step": rl["compared_step"],
+               "rl_compared_step": rl["compared_step"], "rl_adapter": adapters["rl"],
                "rl_vs_sft": {**verdict.to_json(), "summary": verdict.line("SFT", "RL")},
                "seconds": {name: stage["stage_seconds"] for name, stage in stages.done.items()}}
     atomic_write_json(out / "summary.json", summary)

@@ -60,5 +60,7 @@ def pipeline_command(out, recipe, resume, json_path, **flags) -> None:
     console = Console()
     console.print(comparison_table(summary))
     console.print(summary["rl_vs_sft"]["summary"], markup=False, highlight=False)
+    console.print(f"files: {out}/summary.json (every figure), {out}/eval-<model>.json (every game); the RL model: "
+                  f"--adapter {summary['rl_adapter']}", markup=False, highlight=False)
     if json_path:
         atomic_write_json(json_path, summary)
