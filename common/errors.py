@@ -27,8 +27,11 @@ def fail(message: str) -> NoReturn:
 def interrupted(err: BaseException) -> bool:
     """Whether `err` is a Ctrl-C in disguise: a compiled function (numba's) that returns while the
     interrupt is pending raises SystemError ("returned a result with an exception set") from it."""
-    return isinstance(err, SystemError) and any(isinstance(cause, KeyboardInterrupt)
-                                                for cause in (err.__cause__, err.__context__))
+    if not isinstance(err, SystemError):
+        return False
+    links = [link for link in (err.__cause__, err.__context__) if link is not None and link is not err]
+    # numba can fail again while the first SystemError unwinds: a chain of them ends at the Ctrl-C
+    return any(isinstance(link, KeyboardInterrupt) or interrupted(link) for link in links)
 
 
 def note(message: str) -> None:
