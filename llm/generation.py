@@ -6,17 +6,20 @@ while others generate (RL rollouts put a game's next position into the running
 batch); `sample` is a single batch of prompts through it. The system message every
 prompt opens with is prefilled once; for a group, the prompt is prefilled once and
 its KV cache shared by every member, so prefill work does not grow with the group size.
+A stream that lives across a game's turns (llm/player.py) also keeps each answered
+prompt's cache, and the game's next prompt, which repeats its start, prefills only the rest.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, StopSequences
-from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.models.cache import KVCache, make_prompt_cache
 from mlx_lm.sample_utils import make_sampler
 
 STOP_TEXT = "</guess>"
@@ -31,6 +34,23 @@ class SamplingSettings:
     temperature: float = 0.7
     top_p: float = 1.0
     max_tokens: int = 160  # the longest solver answer is ~130 tokens; a cut answer counts as malformed
+
+
+@dataclass
+class PassCounters:
+    """What a stream's model passes did, to tell prefill from decode (bench/passes.py): prompt
+    tokens run through the model and the seconds that took (the stream's own prefills of shared
+    starts included), decode steps (one token for every running answer) and their seconds."""
+
+    prefill_tokens: int = 0
+    prefill_seconds: float = 0.0
+    decode_steps: int = 0
+    decode_seconds: float = 0.0
+    answer_tokens: int = 0
+
+    def add(self, other: PassCounters) -> None:
+        for name, value in vars(other).items():
+            setattr(self, name, getattr(self, name) + value)
 
 
 @dataclass(frozen=True)
@@ -74,6 +94,21 @@ def _prefill(model, tokens: list[int], start: list | None = None, start_length: 
     return cache
 
 
+def prefix_cache(model, tokens: list[int]) -> list:
+    """KV cache of `tokens` (none when empty), to share as the start of a batch of contexts."""
+    return _prefill(model, tokens) if tokens else []
+
+
+def copy_cache(layer: KVCache, rows: int) -> KVCache:
+    """A cache holding `layer`'s keys and values repeated for `rows` sequences; writing to it
+    leaves `layer` as it was."""
+    keys, values, offset = layer.state
+    copy = KVCache()
+    copy.state = (mx.repeat(keys[..., :offset, :], rows, axis=0), mx.repeat(values[..., :offset, :], rows, axis=0),
+                  offset)
+    return copy
+
+
 def shared_prefix_length(prompts: list[list[int]]) -> int:
     """Tokens every prompt starts with, leaving each at least one token of its own."""
     return min(_common_length(prompts[0], p, len(p) - 1) for p in prompts)
@@ -90,15 +125,17 @@ class GroupStream:
     `prefix` (the system message every prompt opens with) are prefilled once; a group's
     prompt is prefilled once and its KV cache shared by all members. A new prompt
     continues the longest cached prefix it shares with `prefix` or with one of the last
-    `REMEMBERED` groups' prompts: a game's next position repeats its earlier turns (after
-    a refused answer, all but one line), and only the rest is prefilled.
+    `remember` groups' prompts (answered single prompts too, with `keep_answered`): a game's
+    next position repeats its earlier turns (after a refused answer, all but one line), and
+    only the rest is prefilled.
 
     Seed with `mx.random.seed` beforehand: the same submissions in the same order give
     the same answers.
     """
 
     def __init__(self, model, tokenizer, settings: SamplingSettings = SamplingSettings(), batch_size: int = 32,
-                 prefix: list[int] | None = None, join_size: int | None = None) -> None:
+                 prefix: list[int] | None = None, join_size: int | None = None, remember: int = REMEMBERED,
+                 keep_answered: bool = False) -> None:
         """`join_size`: sequences that may join the running batch at once (default 8, mlx-lm's).
         Groups, whose members start from one prefilled prompt, should join whole (`batch_size`):
         in waves of 8, 16 members of a group took 1.29 GB at peak instead of 0.94 (the batch's
@@ -110,15 +147,17 @@ class GroupStream:
                                          sampler=make_sampler(temp=settings.temperature, top_p=settings.top_p),
                                          completion_batch_size=batch_size,
                                          prefill_batch_size=min(join_size or 8, batch_size))
+        self.passes = PassCounters()
         prefix = list(prefix or [])
-        self._system = [(prefix, _prefill(model, prefix))] if prefix else []
-        self._recent: deque[tuple[list[int], list]] = deque(maxlen=REMEMBERED)  # groups' prompts, less the last token
+        self._system = [(prefix, self._prefill(prefix))] if prefix else []
+        self._recent: deque[tuple[list[int], list]] = deque(maxlen=remember)  # prompts and a cache of at least them
+        self._keep_answered = keep_answered
+        self._prompt_of: dict[int, list[int]] = {}  # uid -> its prompt, while kept answers are wanted
         self._members: dict[int, list[int]] = {}  # group id -> its members' uids
         self._group_of: dict[int, int] = {}  # uid -> group id
         self._tokens: dict[int, list[int]] = {}
         self._reasons: dict[int, str] = {}
         self._next_id = 0
-        self.answer_tokens = 0  # generated so far, over every group
 
     def __len__(self) -> int:
         """Groups submitted and not yet returned."""
@@ -130,7 +169,7 @@ class GroupStream:
             raise ValueError("a logits processor steers one answer: use group_size 1")
         start, base = self._prefix_cache(prompt)
         if group_size > 1:
-            cache = _prefill(self.model, prompt[start:-1], base)
+            cache = self._prefill(prompt[start:-1], base)
             self._recent.append((prompt[:-1], cache))
             prompts, caches = [prompt[-1:]] * group_size, [cache] * group_size
         else:
@@ -143,6 +182,8 @@ class GroupStream:
         self._members[group] = uids
         for uid in uids:
             self._group_of[uid], self._tokens[uid] = group, []
+        if self._keep_answered and group_size == 1:
+            self._prompt_of[uids[0]] = prompt
         return group
 
     def finished(self) -> list[tuple[int, list[Completion]]]:
@@ -152,15 +193,22 @@ class GroupStream:
         """
         done: list[int] = []
         while self._members and not done:
-            responses = self._generator.next_generated()
+            with self._generator.stats() as stats:
+                responses = self._generator.next_generated()
+            self.passes.prefill_tokens += stats.prompt_tokens
+            self.passes.prefill_seconds += stats.prompt_time
+            self.passes.decode_steps += stats.generation_steps
+            self.passes.decode_seconds += stats.decode_time
             if not responses:
                 raise RuntimeError("the batch generator stopped with answers still open")
             for r in responses:
                 if r.finish_reason != "stop" or r.token not in self.tokenizer.eos_token_ids:
                     self._tokens[r.uid].append(r.token)
-                    self.answer_tokens += 1
+                    self.passes.answer_tokens += 1
                 if r.finish_reason is not None:
                     self._reasons[r.uid] = r.finish_reason
+                    if r.uid in self._prompt_of and r.prompt_cache is not None:
+                        self._recent.append((self._prompt_of.pop(r.uid), r.prompt_cache))
                     group = self._group_of[r.uid]
                     if all(u in self._reasons for u in self._members[group]):
                         done.append(group)
@@ -188,7 +236,14 @@ class GroupStream:
         if best is None:
             return 0, None
         tokens, cache = best
-        return length, cache if length == len(tokens) else _prefill(self.model, [], cache, length)
+        return length, cache if length == cache[0].offset else self._prefill([], cache, length)
+
+    def _prefill(self, tokens: list[int], start: list | None = None, start_length: int | None = None) -> list:
+        began = time.perf_counter()
+        cache = _prefill(self.model, tokens, start, start_length)
+        self.passes.prefill_tokens += len(tokens)
+        self.passes.prefill_seconds += time.perf_counter() - began
+        return cache
 
 
 def _common_length(a: list[int], b: list[int], limit: int) -> int:

@@ -40,6 +40,7 @@ from common.progress import progress_bar
 from eval.endgame import EndgamePosition, teacher_positions
 from eval.splits import held_out_validation, trainable
 from llm.format import NAMING_WORD, prompt_tokens
+from llm.generation import copy_cache, prefix_cache, shared_prefix_length
 from llm.naming_head import HEAD_FILE, NamingHead, naming_tokens, readout_logits
 from llm.word_steering import WordTokens, word_basis
 from rl.reward import fit_shares
@@ -99,15 +100,25 @@ def head_positions(settings: HeadSettings) -> dict[str, list[EndgamePosition]]:
 def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition],
                   batch: int = STATES_BATCH) -> np.ndarray:
     """The final (normed) hidden state at the naming token of each position, (positions, hidden).
-    Batched by length, so that little of a batch is padding."""
+
+    What every context opens with (the system message, the user turn's start and the opener,
+    about a third of a context) is run through the model once and its KV cache shared by every
+    batch; the rest is batched by length, so that little of a batch is padding (padding sits
+    after each context's last token, which the causal mask keeps from seeing it)."""
     contexts = [naming_context(tokenizer, p) for p in positions]
-    order = sorted(range(len(contexts)), key=lambda i: len(contexts[i]))
     states = np.zeros((len(contexts), model.args.hidden_size), dtype=np.float32)
+    if not contexts:
+        return states
+    shared = shared_prefix_length(contexts)
+    prefix = prefix_cache(model, contexts[0][:shared])
+    order = sorted(range(len(contexts)), key=lambda i: len(contexts[i]))
     for start in range(0, len(order), batch):
         chosen = order[start:start + batch]
-        width = max(len(contexts[i]) for i in chosen)
-        hidden = model.model(mx.array([contexts[i] + [0] * (width - len(contexts[i])) for i in chosen]))
-        last = mx.array([len(contexts[i]) - 1 for i in chosen])
+        rests = [contexts[i][shared:] for i in chosen]
+        width = max(len(rest) for rest in rests)
+        cache = [copy_cache(layer, len(chosen)) for layer in prefix]
+        hidden = model.model(mx.array([rest + [0] * (width - len(rest)) for rest in rests]), cache=cache or None)
+        last = mx.array([len(rest) - 1 for rest in rests])
         states[chosen] = np.array(hidden[mx.arange(len(chosen)), last].astype(mx.float32))
     return states
 

@@ -46,7 +46,7 @@ from sft.run_folder import claim, refuse_changes
 
 STAGES_FILE = "stages.json"
 MODELS = ("base", "sft", "rl")
-HEADED_MODELS = ("base", "sft", "sft-head", "rl")  # from an SFT start: the start with its fitted head too
+START_HEAD_MODEL = "sft-head"  # from an SFT start, with --eval-start-head: the start with its fitted head alone
 RECIPES = ("auto", "cpu", "gpu")
 SFT_STARTS = ("auto", "bundled", "scratch")  # or an adapter folder
 # The main job on a GPU (CUDA or Metal): the SFT of ../shared/adapters/gpu-sft-2400 (2,400 steps of
@@ -86,10 +86,12 @@ def rl_knob(key: str, default: Any, flag: str | None = None, help: str | None = 
 
 @dataclass(frozen=True)
 class PipelineSettings:
-    """Small-scale defaults: at most 35 minutes on a 2-core CPU with the default model."""
+    """The CPU defaults: from the bundled SFT start, about 45 minutes on a 2-core CPU with the default model."""
 
     model: str = "default"
-    seed: int = rl_knob("seed", 0, "--seed")  # every stage's
+    # Every stage's seed. 1, not 0: test seed 0's games chose among naming-head variants
+    # (results/head-scale/), so a claim about test wins is made on another seed.
+    seed: int = rl_knob("seed", 1, "--seed")
     sft_games: int = stage_knob(GEN_KNOBS["games"], 300, "--sft-games")
     # The teacher of SFT data and expert iteration (solver/policy.py EXPERTS): its best word among
     # those that can still be the secret gave the stronger SFT start (format-valid 58.7% against
@@ -127,7 +129,8 @@ class PipelineSettings:
     ei_drill_depth: int = rl_knob("ei.drill_depth", 1, "--ei-drill-depth")  # after each of the expert's first N moves
     grpo_lr: float = rl_knob("grpo.learning_rate", 1e-4)
     grpo_groups: int = rl_knob("grpo.groups_per_step", 4)  # informative groups per GRPO step, from one round
-    eval_games: int = knob(32, "Held-out games per model.", range=(1, None), flag="--eval-games")  # test games
+    # 64: the fewest held-out games a win-rate claim is read from here (a sign test over their pairs).
+    eval_games: int = knob(64, "Held-out games per model.", range=(1, None), flag="--eval-games")  # test games
     # The naming head fitted on RL's chosen adapter (rl/naming_head.py), which its eval then plays
     # with: from the GPU SFT adapter it won 61 of 128 held-out games where the adapter won 33
     # (results/naming-head/). Its states cost 1.6 s a position on a 2-core CPU.
@@ -145,6 +148,8 @@ class PipelineSettings:
     head_rl_steps: int = rl_knob("steps", 200, "--head-rl-steps",
                                  help="From an SFT start: head RL steps (each a few seconds; the games come first).")
     head_games: int = rl_knob("head.games", 32, "--head-games")
+    eval_start_head: bool = knob(False, "From an SFT start: also play the start with its fitted head alone, to tell "
+                                        "the head's lift from head RL's (one more eval).", flag="--eval-start-head")
     head_eval_every: int = rl_knob("eval_every", 20, help="From an SFT start: steps between the head's held-out "
                                                           "validation figures (its best is the RL model).")
     max_tokens: int = rl_knob("rollout.max_tokens", 160)  # the longest solver answer is ~130 tokens
@@ -340,8 +345,9 @@ def _from_start(out: Path, stages: Stages, show_progress: bool) -> tuple[dict, d
     rl = stages.run("rl", lambda: run_rl(RunRequest(settings.model, str(sft_dir), rl_dir, settings.head_rl_config(),
                                                     resume=latest_checkpoint(rl_dir) is not None,
                                                     show_progress=show_progress)))
-    adapters = {"base": None, "sft": str(sft_dir), "sft-head": str(sft_dir), "rl": rl["best_adapter"]}
-    return adapters, {**rl, "compared_step": rl["best_step"]}, HEADED_MODELS
+    adapters = {"base": None, "sft": str(sft_dir), START_HEAD_MODEL: str(sft_dir), "rl": rl["best_adapter"]}
+    models = ("base", "sft", START_HEAD_MODEL, "rl") if settings.eval_start_head else MODELS
+    return adapters, {**rl, "compared_step": rl["best_step"]}, models
 
 
 def _copied_start(source: Path | None, dest: Path, copy_start) -> dict:
@@ -373,7 +379,7 @@ def _compare(out: Path, stages: Stages, adapters: dict, rl: dict, models: tuple[
     results = {}
     for name in models:
         spec = ModelSpec(settings.model, adapters[name], sampling, dtype=settings.dtype,
-                         naming_head=name != "sft" or "sft-head" not in models)
+                         naming_head=name != "sft" or START_HEAD_MODEL not in adapters)
         request = EvalRequest("test", settings.eval_games, settings.seed, model=spec)
         results[name] = stages.run(f"eval-{name}", lambda request=request, name=name: _without_games(run_eval(
             load_setup("answers"), request, str(out / f"eval-{name}.json"), show_progress)))

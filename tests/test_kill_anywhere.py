@@ -18,7 +18,7 @@ from tiny_model import cached_tiny_model
 
 from common.fileio import LEFTOVER
 from common.run_lock import run_lock
-from rl.pipeline import MODELS, STAGES_FILE
+from rl.pipeline import MODELS, STAGES_FILE, START_HEAD_MODEL
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCH = """
@@ -67,7 +67,7 @@ def without_timing(value):
 
 def results(out: Path) -> dict:
     stages = json.loads((out / STAGES_FILE).read_text())["stages"]
-    games = {m: json.loads((out / f"eval-{m}.json").read_text())["per_game"] for m in (*MODELS, "sft-head")
+    games = {m: json.loads((out / f"eval-{m}.json").read_text())["per_game"] for m in (*MODELS, START_HEAD_MODEL)
              if (out / f"eval-{m}.json").is_file()}
     rl = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
     return without_timing({"stages": {k: v for k, v in stages.items() if k != "gen-sft"}, "games": games, "rl": rl})

@@ -107,7 +107,7 @@ def test_pipeline_from_an_sft_start_fits_a_head_trains_it_and_compares_four_mode
     config = attach_adapter(model, AdapterSettings(rank=2))
     start = save_adapter(tmp_path / "start", trainable_weights(model), config)
     settings = PipelineSettings(model=str(tiny), sft_start=str(start), start_head=4, head_rl_steps=2, head_games=2,
-                                head_eval_every=1, eval_games=3, max_tokens=12)
+                                head_eval_every=1, eval_games=3, max_tokens=12, eval_start_head=True)
     out = tmp_path / "run"
 
     def killed(*args, **kwargs):
