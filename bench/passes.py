@@ -1,13 +1,9 @@
-"""Benchmark: where eval games' and head states' model passes spend their time, before and
-after sharing what prompts share.
+"""Benchmark: where eval games' and head states' model passes spend their time.
 
 Eval: plays `--games` held-out test games (`--seed`, temperature 0.7) with an adapter (the
-bundled SFT start by default) twice in one process: `fresh`, every prompt prefilled from the
-system message on (eval before prompt reuse), and `reuse`, each game's next prompt continuing
-the cache of its last one (`llm/player.py`). For each: seconds, games/s, prompt tokens run
-through the model and their seconds, decode steps and their seconds, answer tokens, rows per
-decode step, and the rest (Python, sampling bookkeeping, the solver's scoring of moves); and
-whether the two runs' per-game records are identical.
+bundled SFT start by default; with its head when one is beside it): seconds, games/s, prompt
+tokens run through the model and their seconds, decode steps and their seconds, answer tokens,
+rows per decode step, and the rest (Python, sampling bookkeeping, the solver's scoring of moves).
 
 Head states: the naming states of `--positions` training positions, each whole context batched
 by length (`whole`, before) and with the opening every context shares run once (`shared`,
@@ -50,18 +46,15 @@ def weight_counts(model) -> tuple[int, int]:
     return total - embedding, total
 
 
-def play(model, tokenizer, secrets: list[str], seed: int, batch_size: int, reuse: bool, steer):
+def play(model, tokenizer, secrets: list[str], seed: int, batch_size: int, steer) -> tuple[dict, PassCounters]:
     from eval.harness import evaluate
     from llm.player import ModelPlayer
     from solver.setup import load_setup
 
     setup = load_setup("answers")
-    player = ModelPlayer(model, tokenizer, "bench", SamplingSettings(0.7), seed, batch_size, steer=steer,
-                         reuse_prompts=reuse)
-    summary, games = evaluate(player, setup, secrets, show_progress=False)
-    passes = player.passes
-    player.close()
-    return summary, [g.to_json() for g in games], passes
+    player = ModelPlayer(model, tokenizer, "bench", SamplingSettings(0.7), seed, batch_size, steer=steer)
+    summary, _ = evaluate(player, setup, secrets, show_progress=False)
+    return summary, player.passes
 
 
 def pass_figures(summary: dict, passes: PassCounters, weights: tuple[int, int]) -> dict:
@@ -155,15 +148,10 @@ def main(model: str, adapter: str | None, games: int, positions: int, batch_size
         if adapter and head_beside(adapter):
             player_model, steer = steered_model(loaded, tokenizer, NamingHead.load(head_beside(adapter)),
                                                 setup.lists.allowed)
-        runs = {}
-        for name, reuse in (("fresh", False), ("reuse", True)):
-            summary, records, passes = play(player_model, tokenizer, secrets, seed, batch_size, reuse, steer)
-            runs[name] = (pass_figures(summary, passes, weights), records)
-            click.echo(json.dumps({name: runs[name][0]}))
+        summary, passes = play(player_model, tokenizer, secrets, seed, batch_size, steer)
         record["eval"] = {"games": games, "seed": seed, "temperature": 0.7, "head": bool(steer),
-                          **{name: figures for name, (figures, _) in runs.items()},
-                          "speedup": round(runs["fresh"][0]["seconds"] / runs["reuse"][0]["seconds"], 2),
-                          "identical_records": runs["fresh"][1] == runs["reuse"][1]}
+                          **pass_figures(summary, passes, weights)}
+        click.echo(json.dumps(record["eval"]))
     if json_path:
         atomic_write_json(json_path, record)
 

@@ -6,8 +6,6 @@ while others generate (RL rollouts put a game's next position into the running
 batch); `sample` is a single batch of prompts through it. The system message every
 prompt opens with is prefilled once; for a group, the prompt is prefilled once and
 its KV cache shared by every member, so prefill work does not grow with the group size.
-A stream that lives across a game's turns (llm/player.py) also keeps each answered
-prompt's cache, and the game's next prompt, which repeats its start, prefills only the rest.
 """
 
 from __future__ import annotations
@@ -125,17 +123,17 @@ class GroupStream:
     `prefix` (the system message every prompt opens with) are prefilled once; a group's
     prompt is prefilled once and its KV cache shared by all members. A new prompt
     continues the longest cached prefix it shares with `prefix` or with one of the last
-    `remember` groups' prompts (answered single prompts too, with `keep_answered`): a game's
-    next position repeats its earlier turns (after a refused answer, all but one line), and
-    only the rest is prefilled.
+    `REMEMBERED` groups' prompts: a game's next position repeats its earlier turns (after
+    a refused answer, all but one line), and only the rest is prefilled. (Single answers' caches
+    are not kept for a game's next turn: merged with others of other lengths they pad every wave,
+    and eval ran no faster, results/passes/.)
 
     Seed with `mx.random.seed` beforehand: the same submissions in the same order give
     the same answers.
     """
 
     def __init__(self, model, tokenizer, settings: SamplingSettings = SamplingSettings(), batch_size: int = 32,
-                 prefix: list[int] | None = None, join_size: int | None = None, remember: int = REMEMBERED,
-                 keep_answered: bool = False) -> None:
+                 prefix: list[int] | None = None, join_size: int | None = None) -> None:
         """`join_size`: sequences that may join the running batch at once (default 8, mlx-lm's).
         Groups, whose members start from one prefilled prompt, should join whole (`batch_size`):
         in waves of 8, 16 members of a group took 1.29 GB at peak instead of 0.94 (the batch's
@@ -150,9 +148,7 @@ class GroupStream:
         self.passes = PassCounters()
         prefix = list(prefix or [])
         self._system = [(prefix, self._prefill(prefix))] if prefix else []
-        self._recent: deque[tuple[list[int], list]] = deque(maxlen=remember)  # prompts and a cache of at least them
-        self._keep_answered = keep_answered
-        self._prompt_of: dict[int, list[int]] = {}  # uid -> its prompt, while kept answers are wanted
+        self._recent: deque[tuple[list[int], list]] = deque(maxlen=REMEMBERED)  # groups' prompts, less the last token
         self._members: dict[int, list[int]] = {}  # group id -> its members' uids
         self._group_of: dict[int, int] = {}  # uid -> group id
         self._tokens: dict[int, list[int]] = {}
@@ -182,8 +178,6 @@ class GroupStream:
         self._members[group] = uids
         for uid in uids:
             self._group_of[uid], self._tokens[uid] = group, []
-        if self._keep_answered and group_size == 1:
-            self._prompt_of[uids[0]] = prompt
         return group
 
     def finished(self) -> list[tuple[int, list[Completion]]]:
@@ -207,8 +201,6 @@ class GroupStream:
                     self.passes.answer_tokens += 1
                 if r.finish_reason is not None:
                     self._reasons[r.uid] = r.finish_reason
-                    if r.uid in self._prompt_of and r.prompt_cache is not None:
-                        self._recent.append((self._prompt_of.pop(r.uid), r.prompt_cache))
                     group = self._group_of[r.uid]
                     if all(u in self._reasons for u in self._members[group]):
                         done.append(group)
@@ -256,9 +248,10 @@ def _common_length(a: list[int], b: list[int], limit: int) -> int:
 
 def sample(model, tokenizer, prompts: list[list[int]], group_size: int = 1,
            settings: SamplingSettings = SamplingSettings(), batch_size: int = 32,
-           processors: list[Callable] | None = None) -> list[list[Completion]]:
+           processors: list[Callable] | None = None, passes: PassCounters | None = None) -> list[list[Completion]]:
     """`group_size` completions for each prompt, in prompt order; `processors` (one logits
-    processor per prompt, group size 1) steer each prompt's tokens.
+    processor per prompt, group size 1) steer each prompt's tokens; `passes`, when given, adds
+    up the model passes behind them.
 
     Seed with `mx.random.seed` beforehand for reproducible samples.
     """
@@ -273,6 +266,8 @@ def sample(model, tokenizer, prompts: list[list[int]], group_size: int = 1,
     while stream:
         answers.update(stream.finished())
     stream.close()
+    if passes is not None:
+        passes.add(stream.passes)
     return [answers[i] for i in ids]
 
 

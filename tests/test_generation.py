@@ -109,5 +109,5 @@ def test_prompts_joining_a_running_batch_get_the_answers_they_would_alone(tiny_m
                 asked[stream.submit(prompts[2], 1)] = 2
     stream.close()
     assert got == {0: [expected[0]] * 3, 1: [expected[1]] * 2, 2: [expected[2]]}
-    assert stream.answer_tokens == sum(len(t) for answers in got.values() for t in answers)
+    assert stream.passes.answer_tokens == sum(len(t) for answers in got.values() for t in answers)
     assert stream.finished() == []

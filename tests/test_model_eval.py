@@ -120,49 +120,6 @@ def test_tiny_model_plays_batched_games_with_distinct_secrets(tiny, setup):
     assert summary["games"] == 8 and summary["wins"] == 0 and summary["format_valid_rate"] == 0.0
 
 
-@pytest.mark.parametrize("temperature", [0.0, 0.7])
-def test_a_games_next_prompt_continues_its_kept_cache_with_the_same_answers(tiny, setup, temperature):
-    """The stream kept across rounds prefills only what a game's next prompt adds; the games
-    are move for move those of a player that prefills every prompt from the system message."""
-    model, tokenizer = load_model(str(tiny))
-    secrets = held_out(setup.lists.answers)[:6]
-    records = []
-    for reuse in (True, False):
-        player = ModelPlayer(model, tokenizer, "tiny", SamplingSettings(temperature, max_tokens=24), seed=3,
-                             batch_size=4, reuse_prompts=reuse)
-        _, games = evaluate(player, setup, secrets, show_progress=False)
-        records.append([g.to_json() for g in games])
-        if reuse:  # every game's later prompts continued its own earlier one
-            kept = player._stream._recent
-            assert len(kept) == len(secrets) and all(len(tokens) > 0 for tokens, _ in kept)
-    assert records[0] == records[1]
-    assert all(len(game["moves"]) == MAX_INVALID_IN_A_ROW for game in records[0])
-
-
-def test_stream_prefills_only_what_a_prompt_adds_to_a_kept_answer(tiny):
-    """A kept answer's cache covers its prompt and answer; a prompt that shares part of it
-    starts from that part, and its answer is the one a fresh prefill gives."""
-    from llm.generation import GroupStream
-
-    model, tokenizer = load_model(str(tiny))
-    first = tokenizer.encode("You play Wordle. Guess 1: crane -> C grey, R green.", add_special_tokens=False)
-    second = first[:-3] + tokenizer.encode(" Guess 2: tepid", add_special_tokens=False)
-    answers = []
-    for keep in (True, False):
-        stream = GroupStream(model, tokenizer, SamplingSettings(0.0, max_tokens=12), batch_size=2, remember=4,
-                             keep_answered=keep)
-        stream.submit(first)
-        stream.finished()
-        start, cache = stream._prefix_cache(second)
-        assert start == (len(first) - 3 if keep else 0)
-        if keep:
-            assert cache[0].offset == start
-        stream.submit(second)
-        answers.append(stream.finished()[0][1][0].tokens)
-        stream.close()
-    assert answers[0] == answers[1]
-
-
 def test_eval_model_cli_json_and_heldout(tiny, tmp_path):
     out = tmp_path / "model.json"
     result = CliRunner().invoke(cli, ["eval", "--model", str(tiny), "--games", "6", "--seed", "1",
