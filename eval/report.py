@@ -52,13 +52,16 @@ def _fmt(value, pattern: str) -> str:
 
 
 def histogram(result: dict) -> Table:
+    """Games by guesses needed; for a model, the solver's count on the same secrets beside."""
     counts = result["histogram"]
+    solver = (result.get("solver_same_secrets") or {}).get("histogram")
     peak = max(counts.values()) or 1
-    table = Table(title="guesses needed", show_header=False, box=None)
+    table = Table(title="guesses needed" + (" (the solver on the same secrets at right)" if solver else ""),
+                  show_header=False, box=None)
     for key in HISTOGRAM_KEYS:
         n = counts.get(key, 0)
         bar = Text("█" * round(BAR_WIDTH * n / peak), style="red" if key == "X" else "green")
-        table.add_row(key, bar, str(n))
+        table.add_row(key, bar, str(n), *([f"solver {solver.get(key, 0)}"] if solver else []))
     return table
 
 

@@ -106,9 +106,21 @@ def run_eval(setup: Setup, request: EvalRequest, json_path: str | None, show_pro
     result = {"policy": player.name, "secrets": setup.secret_kind, "split": split, "seed": request.seed,
               "hard": request.solver.hard, "guess_constrained": bool(model and model.constrain_guess),
               **(_sampling_of(model) if model else {}), **result}
+    if model is not None:
+        result["solver_same_secrets"] = solver_beside(setup, request.solver, secrets)
     if json_path:
         atomic_write_json(json_path, result)
     return result
+
+
+def solver_beside(setup: Setup, settings: SolverSettings, secrets: list[str]) -> dict:
+    """The solver's wins, mean guesses and histogram on a model's secrets, to read the model's
+    beside (a few seconds, mostly its kernels and opener)."""
+    _, games = evaluate(SolverPlayer(setup.solver(settings)), setup, secrets, measure_moves=False,
+                        show_progress=False)
+    wins = [len(g.state.turns) for g in games if g.state.won]
+    return {"wins": len(wins), "mean_guesses": round(sum(wins) / len(wins), 4) if wins else None,
+            "histogram": {**{str(n): wins.count(n) for n in range(1, 7)}, "X": len(games) - len(wins)}}
 
 
 def _sampling_of(model: ModelSpec) -> dict:

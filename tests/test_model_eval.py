@@ -132,6 +132,9 @@ def test_eval_model_cli_json_and_heldout(tiny, tmp_path):
         assert key in data
     secrets = [g["secret"] for g in data["per_game"]]
     assert data["split"] == "heldout" and len(set(secrets)) == 6 and all(map(is_held_out, secrets))
+    solver = data["solver_same_secrets"]  # the solver on the same secrets, to read the model's beside
+    assert solver["wins"] == 6 and solver["histogram"]["X"] == 0 and sum(solver["histogram"].values()) == 6
+    assert 1 <= solver["mean_guesses"] <= 6
 
 
 @pytest.mark.parametrize("args, message", [

@@ -37,3 +37,21 @@ def test_losses_are_told_by_the_candidates_left_and_closing_is_counted_from_one_
     solver = play_games(SolverPlayer(setup.solver()), setup, ["ghost", "crane"], measure_moves=False,
                         show_progress=False)
     assert where_lost(solver)["lost_one_left"] == 0
+
+
+def test_a_models_histogram_shows_the_solvers_on_the_same_secrets_beside_it():
+    from rich.console import Console
+
+    from eval.report import histogram
+    from eval.run import solver_beside
+    from solver.policy import SolverSettings
+
+    setup = load_setup("answers")
+    solver = solver_beside(setup, SolverSettings(), ["crane", "lowly", "fuzzy"])
+    assert solver["wins"] == 3 and sum(solver["histogram"].values()) == 3
+    result = {"histogram": {"1": 0, "2": 0, "3": 1, "4": 0, "5": 0, "6": 0, "X": 2}, "solver_same_secrets": solver}
+    console = Console(record=True, width=100)
+    console.print(histogram(result))
+    text = console.export_text()
+    assert "the solver on the same secrets" in text
+    assert f"solver {solver['histogram']['X']}" in text.splitlines()[-1]
