@@ -86,7 +86,8 @@ def rl_knob(key: str, default: Any, flag: str | None = None, help: str | None = 
 
 @dataclass(frozen=True)
 class PipelineSettings:
-    """The CPU defaults: from the bundled SFT start, about 45 minutes on a 2-core CPU with the default model."""
+    """The CPU defaults: from the bundled SFT start, about 60 minutes on a 2-core CPU with the default model
+    (results/pipeline-cpu-start/)."""
 
     model: str = "default"
     # Every stage's seed. 1, not 0: test seed 0's games chose among naming-head variants
