@@ -116,11 +116,9 @@ def run_eval(setup: Setup, request: EvalRequest, json_path: str | None, show_pro
 def solver_beside(setup: Setup, settings: SolverSettings, secrets: list[str]) -> dict:
     """The solver's wins, mean guesses and histogram on a model's secrets, to read the model's
     beside (a few seconds, mostly its kernels and opener)."""
-    _, games = evaluate(SolverPlayer(setup.solver(settings)), setup, secrets, measure_moves=False,
-                        show_progress=False)
-    wins = [len(g.state.turns) for g in games if g.state.won]
-    return {"wins": len(wins), "mean_guesses": round(sum(wins) / len(wins), 4) if wins else None,
-            "histogram": {**{str(n): wins.count(n) for n in range(1, 7)}, "X": len(games) - len(wins)}}
+    summary, _ = evaluate(SolverPlayer(setup.solver(settings)), setup, secrets, measure_moves=False,
+                          show_progress=False)
+    return {key: summary[key] for key in ("wins", "mean_guesses", "histogram")}
 
 
 def _sampling_of(model: ModelSpec) -> dict:
