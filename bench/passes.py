@@ -5,9 +5,12 @@ bundled SFT start by default; with its head when one is beside it): seconds, gam
 tokens run through the model and their seconds, decode steps and their seconds, answer tokens,
 rows per decode step, and the rest (Python, sampling bookkeeping, the solver's scoring of moves).
 
-Head states: the naming states of `--positions` training positions, each whole context batched
-by length (`whole`, before) and with the opening every context shares run once (`shared`,
-`rl/naming_head.py`): seconds and tokens per position, and the largest difference between them.
+Head states: the naming states of `--positions` training positions (`rl/naming_head.py`, the
+opening every context shares run once): seconds and tokens per position.
+
+Each is measured twice, with the adapter kept as mlx-lm's LoRA layers (`adapter_layers`, before)
+and folded into the weights (`fused`, what eval and the head now load): the speed-ups, the
+largest difference between the two ways' states and how many games' records are identical.
 
 Matmul rate: `doctor`'s figure next to what the passes reach, 2 x weights x tokens / seconds
 (a prefill does not run the output layer; a decode step does).
@@ -27,13 +30,15 @@ import os
 import time
 
 import click
-import mlx.core as mx
 import numpy as np
 
 from bench.decode import cpu_name
 from common.errors import run_script
 from common.fileio import atomic_write_json
 from llm.generation import PassCounters, SamplingSettings
+
+
+WAYS = {"adapter_layers": False, "fused": True}  # how the adapter is applied: `load_model(..., fuse=)`
 
 
 def weight_counts(model) -> tuple[int, int]:
@@ -46,15 +51,15 @@ def weight_counts(model) -> tuple[int, int]:
     return total - embedding, total
 
 
-def play(model, tokenizer, secrets: list[str], seed: int, batch_size: int, steer) -> tuple[dict, PassCounters]:
+def play(model, tokenizer, secrets: list[str], seed: int, batch_size: int, steer) -> tuple[dict, list, PassCounters]:
     from eval.harness import evaluate
     from llm.player import ModelPlayer
     from solver.setup import load_setup
 
     setup = load_setup("answers")
     player = ModelPlayer(model, tokenizer, "bench", SamplingSettings(0.7), seed, batch_size, steer=steer)
-    summary, _ = evaluate(player, setup, secrets, show_progress=False)
-    return summary, player.passes
+    summary, records = evaluate(player, setup, secrets, show_progress=False)
+    return summary, [r.to_json() for r in records], player.passes
 
 
 def pass_figures(summary: dict, passes: PassCounters, weights: tuple[int, int]) -> dict:
@@ -74,42 +79,21 @@ def pass_figures(summary: dict, passes: PassCounters, weights: tuple[int, int]) 
     }
 
 
-def whole_context_states(model, tokenizer, positions, batch: int) -> np.ndarray:
-    """The states as computed before the shared opening: every context whole, batched by length."""
-    from rl.naming_head import naming_context
-
-    contexts = [naming_context(tokenizer, p) for p in positions]
-    order = sorted(range(len(contexts)), key=lambda i: len(contexts[i]))
-    states = np.zeros((len(contexts), model.args.hidden_size), dtype=np.float32)
-    for start in range(0, len(order), batch):
-        chosen = order[start:start + batch]
-        width = max(len(contexts[i]) for i in chosen)
-        hidden = model.model(mx.array([contexts[i] + [0] * (width - len(contexts[i])) for i in chosen]))
-        last = mx.array([len(contexts[i]) - 1 for i in chosen])
-        states[chosen] = np.array(hidden[mx.arange(len(chosen)), last].astype(mx.float32))
-    return states
-
-
-def head_states(model, tokenizer, count: int, seed: int) -> dict:
+def head_states(model, tokenizer, count: int, seed: int) -> tuple[dict, np.ndarray]:
+    """Figures of the naming states of `count` training positions (the product's path), and the states."""
     from llm.generation import shared_prefix_length
-    from rl.naming_head import STATES_BATCH, HeadSettings, head_positions, naming_context, naming_states
+    from rl.naming_head import HeadSettings, head_positions, naming_context, naming_states
 
     positions = head_positions(HeadSettings(positions=count, validation_positions=1, seed=seed))["train"]
     contexts = [naming_context(tokenizer, p) for p in positions]
     shared = shared_prefix_length(contexts)
-    timed = {}
-    for name, states_of in (("whole", lambda: whole_context_states(model, tokenizer, positions, STATES_BATCH)),
-                            ("shared", lambda: naming_states(model, tokenizer, positions))):
-        began = time.perf_counter()
-        timed[name] = (states_of(), time.perf_counter() - began)
-    tokens = {"whole": sum(map(len, contexts)), "shared": sum(map(len, contexts)) - shared * (len(contexts) - 1)}
-    return {
-        "positions": len(positions), "shared_opening_tokens": shared,
-        **{f"{name}_s_per_position": round(seconds / len(positions), 3) for name, (_, seconds) in timed.items()},
-        **{f"{name}_tokens_per_position": round(tokens[name] / len(positions), 1) for name in timed},
-        "speedup": round(timed["whole"][1] / timed["shared"][1], 2),
-        "max_abs_difference": float(np.abs(timed["whole"][0] - timed["shared"][0]).max()),
-    }
+    began = time.perf_counter()
+    states = naming_states(model, tokenizer, positions)
+    seconds = time.perf_counter() - began
+    tokens = sum(map(len, contexts)) - shared * (len(contexts) - 1)
+    return {"positions": len(positions), "shared_opening_tokens": shared,
+            "s_per_position": round(seconds / len(positions), 3),
+            "tokens_per_position": round(tokens / len(positions), 1)}, states
 
 
 @click.command()
@@ -134,24 +118,35 @@ def main(model: str, adapter: str | None, games: int, positions: int, batch_size
 
     if adapter is None and model == "default":
         adapter = str(verified_start())
-    loaded, tokenizer = load_model(model, adapter)
-    weights = weight_counts(loaded)
     record = {"bench": "passes", "machine": cpu_name(), "cores": os.cpu_count(), "model": model, "adapter": adapter,
-              "matmul_gflops": round(matmul_gflops(), 1)}
+              "matmul_gflops": round(matmul_gflops(), 1), "ways": {}}
+    setup = load_setup("answers")
+    secrets = choose_secrets(setup.lists.answers, "test", games, seed) if games else []
+    states, games_played = {}, {}
+    for way, fuse in WAYS.items():
+        loaded, tokenizer = load_model(model, adapter, fuse=fuse)
+        figures = record["ways"][way] = {}
+        if positions:
+            figures["head_states"], states[way] = head_states(loaded, tokenizer, positions, seed)
+            click.echo(json.dumps({way: figures["head_states"]}))
+        if games:
+            player_model, steer = loaded, None
+            if adapter and head_beside(adapter):
+                player_model, steer = steered_model(loaded, tokenizer, NamingHead.load(head_beside(adapter)),
+                                                    setup.lists.allowed)
+            summary, games_played[way], passes = play(player_model, tokenizer, secrets, seed, batch_size, steer)
+            figures["eval"] = {"games": games, "seed": seed, "temperature": 0.7, "head": bool(steer),
+                               **pass_figures(summary, passes, weight_counts(loaded))}
+            click.echo(json.dumps({way: figures["eval"]}))
+    before, after = WAYS
     if positions:
-        record["head_states"] = head_states(loaded, tokenizer, positions, seed)
-        click.echo(json.dumps(record["head_states"]))
+        record["head_states_speedup"] = round(record["ways"][before]["head_states"]["s_per_position"]
+                                              / record["ways"][after]["head_states"]["s_per_position"], 2)
+        record["states_max_abs_difference"] = float(np.abs(states[before] - states[after]).max())
     if games:
-        setup = load_setup("answers")
-        secrets = choose_secrets(setup.lists.answers, "test", games, seed)
-        player_model, steer = loaded, None
-        if adapter and head_beside(adapter):
-            player_model, steer = steered_model(loaded, tokenizer, NamingHead.load(head_beside(adapter)),
-                                                setup.lists.allowed)
-        summary, passes = play(player_model, tokenizer, secrets, seed, batch_size, steer)
-        record["eval"] = {"games": games, "seed": seed, "temperature": 0.7, "head": bool(steer),
-                          **pass_figures(summary, passes, weights)}
-        click.echo(json.dumps(record["eval"]))
+        record["eval_speedup"] = round(record["ways"][before]["eval"]["seconds"] / record["ways"][after]["eval"]["seconds"], 2)
+        record["games_identical"] = sum(a == b for a, b in zip(games_played[before], games_played[after]))
+    click.echo(json.dumps({k: v for k, v in record.items() if k != "ways"}))
     if json_path:
         atomic_write_json(json_path, record)
 

@@ -50,7 +50,7 @@ class ModelSpec:
         if self.head and self.constrain_guess:
             raise UserError(f"--constrain-guess decodes the guess its own way, and {self.head} names words "
                             "by the head: add --no-naming-head")
-        model, tokenizer = load_model(self.model, self.adapter, self.dtype)
+        model, tokenizer = load_model(self.model, self.adapter, self.dtype, fuse=True)
         if not self.head:
             return model, tokenizer, None
         model, steer = steered_model(model, tokenizer, NamingHead.load(self.head), allowed)

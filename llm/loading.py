@@ -47,10 +47,15 @@ def resolve_dtype(name: str = "auto", device: mx.Device | None = None) -> mx.Dty
 
 
 def load_model(
-    spec: str, adapter: str | Path | None = None, dtype: str = "auto"
+    spec: str, adapter: str | Path | None = None, dtype: str = "auto", fuse: bool = False
 ) -> tuple[nn.Module, TokenizerWrapper]:
     """Load `spec` (and the LoRA/DoRA/full adapter folder `adapter`, as mlx-lm writes it), its
-    floating weights in `dtype` (`resolve_dtype`; quantized layers dequantized), adapters float32."""
+    floating weights in `dtype` (`resolve_dtype`; quantized layers dequantized), adapters float32.
+
+    `fuse`, for a model that only plays (eval, head states, head RL): the adapter's low-rank
+    products are folded into the weights it adapts (in float32, before any cast), so a pass runs
+    one matmul a projection instead of three and the adds between them (a CPU decode step 10%,
+    a prefill 12% faster, results/passes/). The model then holds no adapter layers to train."""
     from mlx_lm.utils import dequantize_model, load
 
     path = resolve_model(spec)
@@ -64,6 +69,8 @@ def load_model(
     model = dequantize_model(model)
     if adapter is not None:
         apply_adapter(model, Path(adapter))
+        if fuse:
+            fuse_adapter_layers(model)
     cast_floats(model, weights)
     return model, tokenizer
 

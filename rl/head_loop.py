@@ -112,7 +112,7 @@ def run_head_rl(request, show_progress: bool = True) -> dict:
     adapter = Path(request.adapter)
     setups = {"answers": load_setup("answers"), "allowed": load_setup("allowed")}
     scorers = {kind: RewardScorer(setup, config.reward) for kind, setup in setups.items()}
-    model, tokenizer = load_model(request.model, adapter, config.dtype)
+    model, tokenizer = load_model(request.model, adapter, config.dtype, fuse=True)
     model.eval()
     start_head = NamingHead.load(adapter / HEAD_FILE)
     allowed = setups["answers"].lists.allowed

@@ -306,7 +306,7 @@ def run_naming_head(model_spec: str, adapter: str, settings: HeadSettings, state
     splits = head_positions(settings)
     origin = states_origin(model_spec, adapter)
     held = load_states(states_file, splits, origin)  # read first: a wrong states file is refused before the model loads
-    model, tokenizer = load_model(model_spec, adapter, dtype)
+    model, tokenizer = load_model(model_spec, adapter, dtype, fuse=True)
     model.eval()
     states = gather_states(model, tokenizer, splits, states_file, held, show_progress, origin)
     gathered = time.perf_counter()

@@ -9,9 +9,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import mlx.core as mx
 import pytest
 from click.testing import CliRunner
+from mlx.utils import tree_flatten
+from mlx_lm.tuner.utils import linear_to_lora_layers
 from tiny_model import cached_tiny_model
+
+from llm.loading import load_model
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +30,21 @@ def run_benchmark(command, model_dir: Path, args: list[str], out: Path) -> dict:
     result = CliRunner().invoke(command, ["--model", str(model_dir), *args, "--json", str(out)])
     assert result.exit_code == 0, result.output
     return json.loads(out.read_text())
+
+
+def write_lora_adapter(model_dir: Path, out: Path) -> dict[str, mx.array]:
+    """A LoRA adapter exactly as mlx-lm's trainer saves one, with non-zero weights."""
+    model, _ = load_model(str(model_dir))
+    lora = {"rank": 4, "scale": 10.0, "dropout": 0.0}
+    model.freeze()
+    linear_to_lora_layers(model, 2, lora)
+    mx.random.seed(3)
+    adapter = {
+        name: mx.random.normal(p.shape) * 0.1
+        for name, p in tree_flatten(model.trainable_parameters())
+    }
+    out.mkdir()
+    mx.save_safetensors(str(out / "adapters.safetensors"), adapter)
+    config = {"fine_tune_type": "lora", "num_layers": 2, "lora_parameters": lora}
+    (out / "adapter_config.json").write_text(json.dumps(config))
+    return adapter

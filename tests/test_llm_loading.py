@@ -13,10 +13,9 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import pytest
-from llm_fixtures import tiny_model_dir  # noqa: F401  (fixture)
+from llm_fixtures import tiny_model_dir, write_lora_adapter  # noqa: F401  (fixture)
 from mlx.utils import tree_flatten
 from mlx_lm import stream_generate
-from mlx_lm.tuner.utils import linear_to_lora_layers
 from tiny_model import build_tiny_model
 
 from common.errors import UserError
@@ -103,26 +102,8 @@ def test_bf16_folder_is_cast_to_float32_on_cpu(tmp_path: Path, tiny_model_dir: P
     assert {p.dtype for _, p in tree_flatten(kept.parameters())} == {mx.bfloat16}
 
 
-def _write_lora_adapter(model_dir: Path, out: Path) -> dict[str, mx.array]:
-    """A LoRA adapter exactly as mlx-lm's trainer saves one, with non-zero weights."""
-    model, _ = load_model(str(model_dir))
-    lora = {"rank": 4, "scale": 10.0, "dropout": 0.0}
-    model.freeze()
-    linear_to_lora_layers(model, 2, lora)
-    mx.random.seed(3)
-    adapter = {
-        name: mx.random.normal(p.shape) * 0.1
-        for name, p in tree_flatten(model.trainable_parameters())
-    }
-    out.mkdir()
-    mx.save_safetensors(str(out / "adapters.safetensors"), adapter)
-    config = {"fine_tune_type": "lora", "num_layers": 2, "lora_parameters": lora}
-    (out / "adapter_config.json").write_text(json.dumps(config))
-    return adapter
-
-
 def test_adapter_changes_the_model(tmp_path: Path, tiny_model_dir: Path) -> None:
-    adapter = _write_lora_adapter(tiny_model_dir, tmp_path / "adapter")
+    adapter = write_lora_adapter(tiny_model_dir, tmp_path / "adapter")
     assert any("lora_a" in name for name in adapter) and any("lora_b" in name for name in adapter)
     base, tokenizer = load_model(str(tiny_model_dir))
     tuned, _ = load_model(str(tiny_model_dir), adapter=tmp_path / "adapter")
@@ -131,6 +112,19 @@ def test_adapter_changes_the_model(tmp_path: Path, tiny_model_dir: Path) -> None
         assert mx.array_equal(params[name], value)
     ids = tokenizer.encode("<guess>crane</guess>")
     assert float(mx.abs(_logits(base, ids) - _logits(tuned, ids)).max()) > 1e-3
+
+
+def test_a_fused_adapter_plays_as_the_adapter_layers_do(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """`fuse=True` folds the LoRA into the weights it adapts: no adapter layers are left, and the
+    logits are the adapter layers' to float32 rounding."""
+    write_lora_adapter(tiny_model_dir, tmp_path / "adapter")
+    layered, tokenizer = load_model(str(tiny_model_dir), adapter=tmp_path / "adapter")
+    fused, _ = load_model(str(tiny_model_dir), adapter=tmp_path / "adapter", fuse=True)
+    assert any(hasattr(m, "fuse") for _, m in layered.named_modules())
+    assert not any(hasattr(m, "fuse") for _, m in fused.named_modules())
+    assert not any("lora" in name for name, _ in tree_flatten(fused.parameters()))
+    ids = tokenizer.encode("<guess>crane</guess> and more")
+    assert float(mx.abs(_logits(layered, ids) - _logits(fused, ids)).max()) < 1e-4
 
 
 def test_missing_model_folder(tmp_path: Path) -> None:
@@ -181,7 +175,7 @@ def test_adapter_errors(tmp_path: Path, tiny_model_dir: Path) -> None:
         load_model(model_dir, adapter=empty)
 
     corrupt = tmp_path / "corrupt"
-    _write_lora_adapter(tiny_model_dir, corrupt)
+    write_lora_adapter(tiny_model_dir, corrupt)
     (corrupt / "adapters.safetensors").write_bytes(b"\x00" * 64)
     with pytest.raises(UserError, match=f"cannot apply the adapter in {corrupt}"):
         load_model(model_dir, adapter=corrupt)
