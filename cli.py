@@ -68,7 +68,13 @@ def _register() -> None:
         cli.add_command(command)
 
 
-_register()
+try:
+    _register()
+except KeyboardInterrupt:
+    # A Ctrl-C while the commands' modules import (mlx, numba, datasets: seconds) ends as click ends
+    # any Ctrl-C, not as a traceback through the import machinery.
+    click.echo("Aborted!", err=True)
+    raise SystemExit(1) from None
 
 if __name__ == "__main__":
     cli()

@@ -49,6 +49,22 @@ def test_ctrl_c_while_the_solver_works_is_click_s_one_line(tmp_path):
     assert not out.exists()
 
 
+def test_ctrl_c_while_the_commands_import_is_click_s_one_line():
+    """A Ctrl-C in the seconds cli.py spends importing its commands (mlx, numba) was a traceback
+    through importlib; the interrupt is raised here where one of those imports begins."""
+    script = ("import runpy, sys\n"
+              "class Interrupt:\n"
+              "    def find_spec(self, name, path=None, target=None):\n"
+              "        if name == 'rl.pipeline_command':\n"
+              "            raise KeyboardInterrupt\n"
+              "sys.meta_path.insert(0, Interrupt())\n"
+              "sys.argv = ['cli.py', '--help']\n"
+              "runpy.run_path('cli.py', run_name='__main__')\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and result.stderr.split() == ["Aborted!"], result.stderr
+    assert result.stdout == ""
+
+
 def test_a_system_error_from_a_ctrl_c_is_told_from_any_other():
     try:
         try:
