@@ -404,15 +404,30 @@ def _without_games(result: dict) -> dict:
 
 
 def comparison_table(summary: dict) -> Table:
+    """Every figure of every model, and the solver's wins and mean guesses on the same secrets
+    beside them (what a model could reach), as the main job's report ends."""
     temperature = summary["eval"]["sft"].get("temperature", SamplingSettings().temperature)
-    table = Table(title=f"{summary['eval']['sft']['games']} held-out test games, sampled at {temperature}, "
-                        f"the same secrets for each: {' vs '.join(summary.get('models', MODELS))}")
-    table.add_column("figure")
     models = summary.get("models", MODELS)
+    solver = solver_figures(summary["eval"]["sft"])
+    table = Table(title=f"{summary['eval']['sft']['games']} held-out test games, sampled at {temperature}, "
+                        f"the same secrets for each: {' vs '.join(models)}" + (" (and the solver)" if solver else ""))
+    table.add_column("figure")
     for name in models:
         label = f"rl (step {summary['rl_compared_step']})" if name == "rl" and "rl_compared_step" in summary else name
         table.add_column(label, justify="right")
+    if solver:
+        table.add_column("solver", justify="right")
     for label, key, pattern in FIGURES:
-        values = [summary["eval"][name].get(key) for name in models]
+        values = [summary["eval"][name].get(key) for name in models] + ([solver.get(key)] if solver else [])
         table.add_row(label, *("-" if v is None else pattern.format(v) for v in values))
     return table
+
+
+def solver_figures(result: dict) -> dict:
+    """The solver's figures (FIGURES' keys) on an eval's secrets, from what the eval recorded of it."""
+    beside = result.get("solver_same_secrets")
+    if not beside:
+        return {}
+    games = result["games"]
+    return {"games": games, "wins": beside["wins"], "win_rate": beside["wins"] / games,
+            "mean_guesses": beside["mean_guesses"]}

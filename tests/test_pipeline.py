@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from tiny_model import cached_tiny_model
 
 from cli import cli
-from rl.pipeline import MODELS, STAGES_FILE, PipelineSettings, run_pipeline
+from rl.pipeline import MODELS, STAGES_FILE, PipelineSettings, comparison_table, run_pipeline
 
 
 def test_pipeline_runs_every_stage_and_resumes(tmp_path_factory, tmp_path, monkeypatch):
@@ -130,6 +130,12 @@ def test_pipeline_from_an_sft_start_fits_a_head_trains_it_and_compares_four_mode
     secrets = [[g["secret"] for g in results[m]["per_game"]] for m in models]
     assert all(s == secrets[0] for s in secrets)
     assert (out / "sft" / "adapter" / "adapters.safetensors").read_bytes() == (start / "adapters.safetensors").read_bytes()
+    table = comparison_table(summary)
+    assert [c.header for c in table.columns] == ["figure", *models[:-1], f"rl (step {summary['rl_compared_step']})",
+                                                 "solver"]
+    solver = dict(zip(table.columns[0]._cells, table.columns[-1]._cells))
+    assert solver["wins"] == str(results["sft"]["solver_same_secrets"]["wins"]) == "3"
+    assert solver["games"] == "3" and solver["format-valid rate"] == "-"
 
 
 def test_the_bundled_start_is_verified_and_a_damaged_copy_is_one_clear_error(tmp_path):
