@@ -123,6 +123,7 @@ def main(model: str, adapter: str | None, games: int, positions: int, batch_size
     setup = load_setup("answers")
     secrets = choose_secrets(setup.lists.answers, "test", games, seed) if games else []
     states, games_played = {}, {}
+    head_file = head_beside(adapter)
     for way, fuse in WAYS.items():
         loaded, tokenizer = load_model(model, adapter, fuse=fuse)
         figures = record["ways"][way] = {}
@@ -131,20 +132,22 @@ def main(model: str, adapter: str | None, games: int, positions: int, batch_size
             click.echo(json.dumps({way: figures["head_states"]}))
         if games:
             player_model, steer = loaded, None
-            if adapter and head_beside(adapter):
-                player_model, steer = steered_model(loaded, tokenizer, NamingHead.load(head_beside(adapter)),
-                                                    setup.lists.allowed)
+            if head_file:
+                player_model, steer = steered_model(loaded, tokenizer, NamingHead.load(head_file), setup.lists.allowed)
             summary, games_played[way], passes = play(player_model, tokenizer, secrets, seed, batch_size, steer)
             figures["eval"] = {"games": games, "seed": seed, "temperature": 0.7, "head": bool(steer),
                                **pass_figures(summary, passes, weight_counts(loaded))}
             click.echo(json.dumps({way: figures["eval"]}))
     before, after = WAYS
+
+    def speedup(part: str, figure: str) -> float:
+        return round(record["ways"][before][part][figure] / record["ways"][after][part][figure], 2)
+
     if positions:
-        record["head_states_speedup"] = round(record["ways"][before]["head_states"]["s_per_position"]
-                                              / record["ways"][after]["head_states"]["s_per_position"], 2)
+        record["head_states_speedup"] = speedup("head_states", "s_per_position")
         record["states_max_abs_difference"] = float(np.abs(states[before] - states[after]).max())
     if games:
-        record["eval_speedup"] = round(record["ways"][before]["eval"]["seconds"] / record["ways"][after]["eval"]["seconds"], 2)
+        record["eval_speedup"] = speedup("eval", "seconds")
         record["games_identical"] = sum(a == b for a, b in zip(games_played[before], games_played[after]))
     click.echo(json.dumps({k: v for k, v in record.items() if k != "ways"}))
     if json_path:

@@ -167,7 +167,8 @@ def main(model_spec: str, adapter: str, positions: int, seed: int, layers: int, 
             click.echo(str(curve[-1]))
     best = max(curve, key=lambda point: point["validation_mean_p"])
     atomic_write_json(Path(json_path), {
-        "study": "lora_through_head", "model": model_spec, "adapter": adapter, "head": str(head_file), "positions": positions,
+        "study": "lora_through_head", "model": model_spec, "adapter": adapter, "head": str(head_file),
+        "positions": positions,
         "validation_positions": len(lowers["validation"]), "seed": seed, "lora_layers": layers, "lora": LORA,
         "trainable_parameters": trainable, "steps": steps, "batch": batch, "lr": lr,
         "lower_seconds": round(lowered - began, 1), "curve": curve,
