@@ -5,21 +5,24 @@ The SFT model reaches positions where one answer fits in most games and then nam
 token logits name the last guess or a word the clues rule out. The head scores each allowed word
 w from that final hidden state h:
 
-    score(w) = e(w) . (h + up @ down @ h) + offset(w) + spelling(w) . (letters @ h)
+    score(w) = e(w) . (g1 h + g2 up @ down @ h) + offset(w) + g3 spelling(w) . (letters @ h)
 
 e(w) is the model's own output embedding of w's first token, so with the head at zero the scores
 are the model's logits, and `offset` shares that token among the words that start with it
 (-log of their number: the model's logits say nothing of how a first token splits). The rank-r
 correction moves words through the model's embeddings, the letter scores through each word's
 own spelling (which place holds which letter, which letters it holds): a clue is a statement
-about those, which a token embedding cannot spell. rl/naming_head.py fits it; sampling by it is
+about those, which a token embedding cannot spell. The gains g = (g1, g2, g3) weigh the three
+terms (the model's own scores, the correction, the letters); the fit leaves them at 1 and head RL
+may train them alone (rl/head_policy.py): three numbers cannot learn a position, only how much to
+trust each way of reading the state. rl/naming_head.py fits the head; sampling by it is
 llm/word_steering.py.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlx.core as mx
@@ -32,7 +35,8 @@ from llm.format import NAMING_WORD
 HEAD_FILE = "naming_head.npz"  # beside the adapter it was fitted on: eval uses it when present
 LETTERS = 26
 SPELLING_FEATURES = 6 * LETTERS  # a letter at each of 5 places, then which letters the word holds
-ARRAYS = ("down", "up", "letters")  # a head file's arrays, beside its beta
+ARRAYS = ("down", "up", "letters")  # a head file's arrays, beside its beta and gains
+GAINS = ("prior", "correction", "letters")  # what each gain weighs (the module docstring's g1, g2, g3)
 
 
 def spelling_features(words: list[str] | tuple[str, ...]) -> np.ndarray:
@@ -48,14 +52,18 @@ def spelling_features(words: list[str] | tuple[str, ...]) -> np.ndarray:
 
 def readout_logits(states: mx.array, embeddings: mx.array, down: mx.array, up: mx.array,
                    letters: mx.array | None = None, spelling: mx.array | None = None,
-                   offsets: mx.array | None = None) -> mx.array:
+                   offsets: mx.array | None = None, gains: mx.array | None = None) -> mx.array:
     """Word scores (the module docstring's formula) for the states (rows, hidden): `embeddings`
-    holds each word's first token's embedding, `spelling` each word's `spelling_features`."""
-    logits = (states + (states @ down.T) @ up.T) @ embeddings.T
+    holds each word's first token's embedding, `spelling` each word's `spelling_features`, `gains`
+    the three terms' weights (None: all 1)."""
+    correction = (states @ down.T) @ up.T
+    mixed = states + correction if gains is None else states * gains[0] + correction * gains[1]
+    logits = mixed @ embeddings.T
     if offsets is not None:
         logits = logits + offsets
     if letters is not None:
-        logits = logits + (states @ letters.T) @ spelling.T
+        spelled = (states @ letters.T) @ spelling.T
+        logits = logits + (spelled if gains is None else spelled * gains[2])
     return logits
 
 
@@ -68,12 +76,14 @@ def naming_tokens(tokenizer) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class NamingHead:
     """The fitted parameters: `down` (rank, hidden), `up` (hidden, rank), `letters` (156, hidden),
-    and the β of the target it was fitted toward (a record, not used when scoring)."""
+    the β of the target it was fitted toward (a record, not used when scoring) and the three `GAINS`
+    (all 1 as fitted; head RL may train them)."""
 
     down: np.ndarray
     up: np.ndarray
     letters: np.ndarray
     beta: float
+    gains: np.ndarray = field(default_factory=lambda: np.ones(len(GAINS), np.float32))
 
     @property
     def hidden(self) -> int:
@@ -82,15 +92,17 @@ class NamingHead:
     def save(self, path: str | os.PathLike) -> None:
         def write(tmp: str) -> None:
             with open(tmp, "wb") as f:
-                np.savez(f, down=self.down, up=self.up, letters=self.letters, beta=np.float64(self.beta))
+                np.savez(f, down=self.down, up=self.up, letters=self.letters, beta=np.float64(self.beta),
+                         gains=self.gains)
 
         atomic_write(path, write)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> NamingHead:
         """The head at `path`, checked whole: its three arrays of floats in shapes that fit together,
-        one positive β, every value finite as the head scores (float32). Anything else (garbage, a
-        file cut short, integers, a NaN) would play silently as a broken head: a one-line `UserError`."""
+        one positive β, three positive gains (a file written before heads had gains plays with 1s),
+        every value finite as the head scores (float32). Anything else (garbage, a file cut short,
+        integers, a NaN) would play silently as a broken head: a one-line `UserError`."""
         fix = "fit it again with naming-head"
         saved = read_arrays(path, "a naming head", fix)
         missing = [key for key in (*ARRAYS, "beta") if key not in saved]
@@ -100,13 +112,17 @@ class NamingHead:
                    for key in (*ARRAYS, "beta")):
             raise UserError(f"{path} is not a naming head: down, up and letters must be tables of floats and beta "
                             f"one float; {fix}")
+        gains = saved.get("gains", np.ones(len(GAINS)))
+        if gains.shape != (len(GAINS),) or not np.issubdtype(gains.dtype, np.floating):
+            raise UserError(f"{path} is not a naming head: its gains must be {len(GAINS)} floats; {fix}")
         with np.errstate(over="ignore"):  # a value past float32's range becomes inf, refused below
-            head = cls(*(saved[key].astype(np.float32) for key in ARRAYS), float(saved["beta"]))
+            head = cls(*(saved[key].astype(np.float32) for key in ARRAYS), float(saved["beta"]),
+                       gains.astype(np.float32))
         rank, hidden = head.down.shape
         if head.up.shape != (hidden, rank) or head.letters.shape != (SPELLING_FEATURES, hidden) or not rank:
             raise UserError(f"{path} is not a naming head: its arrays' shapes do not fit together; {fix}")
-        if not (all(np.isfinite(getattr(head, key)).all() for key in ARRAYS) and np.isfinite(head.beta)
-                and head.beta > 0):
+        if not (all(np.isfinite(getattr(head, key)).all() for key in (*ARRAYS, "gains")) and np.isfinite(head.beta)
+                and head.beta > 0 and (head.gains > 0).all()):
             raise UserError(f"{path} holds NaN, infinite or out-of-range values: the file is damaged or its fit "
                             f"diverged; {fix}")
         return head

@@ -173,8 +173,8 @@ def word_basis(model: nn.Module, vocabulary: WordTokens) -> tuple[mx.array, mx.a
 def head_scorer(model: nn.Module, head: NamingHead, vocabulary: WordTokens) -> Callable[[mx.array], mx.array]:
     """The head's scores of the vocabulary's words from final hidden states (rows, hidden)."""
     embeddings, spelling, offsets = word_basis(model, vocabulary)
-    down, up, letters = mx.array(head.down), mx.array(head.up), mx.array(head.letters)
-    return lambda states: readout_logits(states, embeddings, down, up, letters, spelling, offsets)
+    down, up, letters, gains = (mx.array(getattr(head, name)) for name in ("down", "up", "letters", "gains"))
+    return lambda states: readout_logits(states, embeddings, down, up, letters, spelling, offsets, gains)
 
 
 def steered_model(model: nn.Module, tokenizer, head: NamingHead, words: tuple[str, ...]

@@ -51,7 +51,9 @@ def rl_command(model, adapter, out, config_path, resume, quiet, json_path, **fla
     instead, the model frozen (--head off: the LoRA): the model plays --head-games training games
     with it, and GRPO and expert iteration train the head's word choice at the states where it
     named a word (where the model writes ' Only', a whole allowed word, never a played or refused
-    one); RUN/best is the start adapter with the head chosen on held-out validation positions.
+    one): its three gains by default (how much it trusts the model's own word scores, its
+    correction and its letter scores), all its arrays with --head-params arrays; RUN/best is the
+    start adapter with the head chosen on held-out validation positions.
 
     Run the same command again to continue the run in --out from its last checkpoint (a run
     that never reached one starts again). Its flags and --config are compared with the run's

@@ -37,7 +37,7 @@ from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from llm.naming_head import HEAD_FILE, NamingHead
 from llm.word_steering import WordTokens, word_basis
 from rl.head_games import NamingRecords, play_recording
-from rl.head_policy import (HeadBasis, as_head, clip_gradients, expert_loss, group_advantages, grpo_loss,
+from rl.head_policy import (HEAD_PARAMS, HeadBasis, as_head, clip_gradients, expert_loss, group_advantages, grpo_loss,
                             head_parameters, masked_rows, sample_words, word_log_probs)
 from rl.naming_head import RECORD_FILE, STATES_FILE, HeadSettings, head_positions, load_states
 from rl.reward import RewardScorer
@@ -51,14 +51,17 @@ BEST_DIR, ADAPTER_DIR = "best", "adapter"
 
 
 class HeadModule(nn.Module):
-    """The head's parameters as a module, for mlx's gradients, optimizers and checkpoints."""
+    """The head's parameters as a module, for mlx's gradients, optimizers and checkpoints; only
+    those `trained` names are trainable (`HEAD_PARAMS`)."""
 
-    def __init__(self, head: NamingHead) -> None:
+    def __init__(self, head: NamingHead, trained: tuple[str, ...] = HEAD_PARAMS["arrays"]) -> None:
         super().__init__()
-        self.down, self.up, self.letters = (mx.array(getattr(head, k)) for k in ("down", "up", "letters"))
+        for name, value in head_parameters(head).items():
+            setattr(self, name, value)
+        self.freeze(keys=[name for name in self.params() if name not in trained])
 
     def params(self) -> dict[str, mx.array]:
-        return {"down": self.down, "up": self.up, "letters": self.letters}
+        return {name: getattr(self, name) for name in (*HEAD_PARAMS["arrays"], *HEAD_PARAMS["gains"])}
 
 
 class StateBank:
@@ -127,9 +130,9 @@ def run_head_rl(request, show_progress: bool = True) -> dict:
     own = _own_records(out, model, tokenizer, start_head, setups["answers"], config, show_progress)
     own_bank = StateBank(own.positions, own.states, own.banned, scorers["answers"])
 
-    module = HeadModule(start_head)
+    module = HeadModule(start_head, HEAD_PARAMS[settings.params])
     reference = head_parameters(start_head)
-    optimizer = optim.AdamW(learning_rate=settings.lr, weight_decay=settings.weight_decay)
+    optimizer = optim.AdamW(learning_rate=settings.learning_rate, weight_decay=settings.weight_decay)
     optimizer.init(module.trainable_parameters())
     rng = np.random.default_rng(config.seed)
     mx.random.seed(config.seed)

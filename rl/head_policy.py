@@ -13,6 +13,13 @@ group or to score its log-probabilities, and every group that holds a win or a b
 signal. The update is GRPO's clipped ratio with the group's normalised advantages and the exact
 KL to the start head over every word (not a sampled estimate); filtered expert iteration is the
 cross-entropy toward the group's words that won.
+
+What it trains (`params`): the head's three gains (the weights of its terms, llm/naming_head.py),
+or its arrays. Its arrays (160k numbers) learnt the few hundred states RL drew from and not
+held-out ones, as the LoRA under the head did (results/head-rl/, results/lora-through-head/);
+three gains cannot tell one position from another, so what they learn is how much to trust each
+reading of the state everywhere. They are trained as logarithms: always positive, and weight
+decay pulls them back toward the fitted head (log 1 = 0), not toward 0.
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ import numpy as np
 from common.knobs import knob
 from llm.naming_head import NamingHead, readout_logits
 
-PARAMETERS = ("down", "up", "letters")
+ARRAYS = ("down", "up", "letters")
+HEAD_PARAMS = {"gains": ("log_gains",), "arrays": ARRAYS}  # `params` choice -> the parameters RL trains
 # A banned word's score: finite, so that its probability is exactly 0 and the KL's and the loss's
 # gradients stay finite (-inf there makes 0 * inf = nan in the backward pass).
 BANNED_SCORE = -1e9
@@ -64,21 +72,32 @@ class HeadRLSettings:
     updates: int = knob(2, "Gradient updates per GRPO step on its groups (the ratio moves off 1 after the first).",
                         range=(1, 100))
     max_grad_norm: float = knob(1.0, "Gradient norm clip.", range=(0, 1e6), open_low=True)
+    params: str = knob("gains", "What head RL trains: gains (three numbers weighing the head's terms: the "
+                                "model's own word scores, the correction, the letter scores) or arrays (the "
+                                "head's 160k parameters, which learnt their training states only, "
+                                "results/head-rl/).", choices=tuple(HEAD_PARAMS), flag="--head-params")
+    gains_lr: float = knob(1e-2, "AdamW learning rate of the gains' logarithms (params: gains).",
+                           range=(0, 1), open_low=True)
+
+    @property
+    def learning_rate(self) -> float:
+        return self.gains_lr if self.params == "gains" else self.lr
 
 
 def head_parameters(head: NamingHead) -> dict[str, mx.array]:
-    return {name: mx.array(getattr(head, name)) for name in PARAMETERS}
+    return {**{name: mx.array(getattr(head, name)) for name in ARRAYS}, "log_gains": mx.log(mx.array(head.gains))}
 
 
 def as_head(params: dict[str, mx.array], beta: float) -> NamingHead:
-    return NamingHead(*(np.array(params[name], dtype=np.float32) for name in PARAMETERS), beta)
+    return NamingHead(*(np.array(params[name], dtype=np.float32) for name in ARRAYS), beta,
+                      np.exp(np.array(params["log_gains"], dtype=np.float32)))
 
 
 def word_log_probs(params: dict[str, mx.array], basis: HeadBasis, states: mx.array, banned: mx.array,
                    temperature: float) -> mx.array:
     """(states, words) log pi(w | h) at `temperature`; banned words get `BANNED_SCORE` (probability 0)."""
     scores = readout_logits(states, basis.embeddings, params["down"], params["up"], params["letters"],
-                            basis.spelling, basis.offsets) / temperature
+                            basis.spelling, basis.offsets, mx.exp(params["log_gains"])) / temperature
     scores = mx.where(banned, BANNED_SCORE, scores)
     return scores - mx.logsumexp(scores, axis=-1, keepdims=True)
 

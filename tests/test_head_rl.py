@@ -9,6 +9,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
+from mlx.utils import tree_flatten
 import pytest
 from click.testing import CliRunner
 
@@ -39,7 +40,8 @@ def test_banned_words_get_no_probability_and_the_rest_sum_to_one(tiny_model_dir)
     words = ["crane", "slate", "jumpy", "vowel"]
     basis = HeadBasis(*word_basis(model, WordTokens.of(tokenizer, words)))
     hidden = model.args.hidden_size
-    params = {"down": mx.zeros((2, hidden)), "up": mx.zeros((hidden, 2)), "letters": mx.zeros((156, hidden))}
+    params = {"down": mx.zeros((2, hidden)), "up": mx.zeros((hidden, 2)), "letters": mx.zeros((156, hidden)),
+              "log_gains": mx.zeros(3)}
     states = mx.array(np.random.default_rng(0).normal(size=(3, hidden)).astype(np.float32))
     banned = masked_rows([np.array([0]), np.array([], np.int64), np.array([1, 3])], len(words))
     probs = np.exp(np.array(word_log_probs(params, basis, states, banned, 0.7)))
@@ -93,6 +95,60 @@ def test_grpo_and_expert_iteration_on_the_head_raise_the_secrets_probability_whe
     assert ei["kept_fraction"] > 0 and secret_p() > after_grpo
 
 
+def test_gains_alone_learn_to_trust_an_underweighted_letter_reading_and_leave_the_arrays(
+        tiny_model_dir):  # noqa: F811
+    """A head whose letter scores name each secret but at a third of the weight that would pick it:
+    GRPO and expert iteration on the three gains only (`params: gains`) raise the letters' gain and
+    the secret's probability, the arrays stay as fitted, and the exported head scores as the module."""
+    from llm.naming_head import spelling_features
+    from rl.head_loop import expert_loss, grpo_loss
+    from rl.head_policy import HEAD_PARAMS, as_head
+
+    model, tokenizer = load_model(str(tiny_model_dir))
+    setup = load_setup("answers")
+    words = setup.lists.allowed
+    basis = HeadBasis(*word_basis(model, WordTokens.of(tokenizer, list(words))))
+    hidden = model.args.hidden_size
+    positions = one_candidate_positions(setup, ["crane", "slate", "ghost", "mango", "fjord", "pilot"], 6, 0)
+    states = 3 * np.random.default_rng(0).normal(size=(len(positions), hidden)).astype(np.float32)
+    index = {w: i for i, w in enumerate(words)}
+    banned = [np.array(sorted(index[g] for g in p.state.guesses)) for p in positions]
+    bank = StateBank(positions, states, banned, RewardScorer(setup))
+    letters = 0.5 * spelling_features([p.secret for p in positions]).T @ np.linalg.pinv(states.T)
+    head = NamingHead(np.zeros((2, hidden), np.float32), np.zeros((hidden, 2), np.float32),
+                      letters.astype(np.float32), 0.01)
+    module, reference = HeadModule(head, HEAD_PARAMS["gains"]), HeadModule(head).params()
+    assert set(dict(tree_flatten(module.trainable_parameters()))) == {"log_gains"}
+    settings = HeadRLSettings(group_size=16, states_per_step=6, kl_coef=0.0, teacher_share=0.0, params="gains",
+                              gains_lr=0.05)
+    optimizer = optim.AdamW(learning_rate=settings.learning_rate, weight_decay=0.0)
+    losses = {"grpo": nn.value_and_grad(module, lambda m, *a: grpo_loss(m.params(), *a)),
+              "ei": nn.value_and_grad(module, lambda m, *a: expert_loss(m.params(), *a))}
+    empty = StateBank([], np.zeros((0, hidden), np.float32), [], bank.scorer)
+    ban_rows = masked_rows(banned, len(words))
+
+    def secret_p() -> float:
+        log_p = np.array(word_log_probs(module.params(), basis, mx.array(states), ban_rows, 0.7))
+        return float(np.mean([np.exp(log_p[i, index[p.secret]]) for i, p in enumerate(positions)]))
+
+    before = secret_p()
+    rng = np.random.default_rng(0)
+    mx.random.seed(0)
+    for step in range(20):
+        phase = "ei" if step % 5 == 4 else "grpo"
+        _step(phase, module, optimizer, losses[phase], basis, reference, bank, empty, settings, 0.7, rng)
+    gains = np.exp(np.array(module.log_gains))
+    assert gains[2] > 1.5 and secret_p() > before + 0.2
+    assert all(np.array_equal(np.array(getattr(module, k)), getattr(head, k)) for k in ("down", "up", "letters"))
+    exported = as_head(module.params(), head.beta)
+    assert np.allclose(exported.gains, gains)
+    from llm.word_steering import head_scorer
+
+    scored = head_scorer(model, exported, WordTokens.of(tokenizer, list(words)))(mx.array(states)) / 0.7
+    played = word_log_probs(module.params(), basis, mx.array(states), mx.zeros_like(ban_rows), 0.7)
+    assert np.allclose(np.array(scored - mx.logsumexp(scored, axis=-1, keepdims=True)), np.array(played), atol=1e-3)
+
+
 def test_naming_records_round_trip_with_their_positions(tmp_path):
     setup = load_setup("answers")
     positions = one_candidate_positions(setup, ["crane", "ghost"], 2, 0)
@@ -120,8 +176,8 @@ def adapter_with_head(tiny_model_dir, tmp_path):  # noqa: F811
 
 def test_rl_from_a_start_with_a_head_trains_the_head_keeps_the_best_and_resumes_exactly(
         tiny_model_dir, adapter_with_head, tmp_path):  # noqa: F811
-    """`rl --adapter A` where A has a naming head: the model plays training games with it, the head
-    is trained (the adapter not), RUN/best and RUN/adapter hold the adapter and a head, and the same
+    """`rl --adapter A` where A has a naming head: the model plays training games with it, the head's
+    gains are trained (the adapter and the head's arrays not), RUN/best and RUN/adapter hold the adapter and a head, and the same
     command with more --steps continues from the last checkpoint to what one run of as many steps
     gives, figure for figure."""
     config = tmp_path / "head.yaml"  # fit: every drawn word scores by its share of the clues, so groups vary
@@ -147,13 +203,14 @@ def test_rl_from_a_start_with_a_head_trains_the_head_keeps_the_best_and_resumes_
     assert all(r["loss"] is not None for r in records[1:])
     assert len(json.loads((out / "head_games.json").read_text())["games"]) == 2
     start = NamingHead.load(adapter_with_head / HEAD_FILE)
-    assert not np.array_equal(NamingHead.load(out / "adapter" / HEAD_FILE).letters, start.letters)
+    trained = NamingHead.load(out / "adapter" / HEAD_FILE)  # by default its gains, not its arrays
+    assert not np.array_equal(trained.gains, start.gains) and np.array_equal(trained.letters, start.letters)
 
     resumed = run(out, 5)
     straight = run(tmp_path / "straight", 5)
     assert resumed == straight and [r["step"] for r in resumed] == [0, 1, 2, 3, 4, 5]
-    assert np.array_equal(NamingHead.load(out / "adapter" / HEAD_FILE).letters,
-                          NamingHead.load(tmp_path / "straight" / "adapter" / HEAD_FILE).letters)
+    assert np.array_equal(NamingHead.load(out / "adapter" / HEAD_FILE).gains,
+                          NamingHead.load(tmp_path / "straight" / "adapter" / HEAD_FILE).gains)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 5 and summary["best_step"] in range(6)
 

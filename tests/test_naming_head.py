@@ -46,6 +46,15 @@ def test_a_head_file_round_trips_and_a_broken_one_is_one_clear_error(tmp_path):
     np.savez(tmp_path / "shapes.npz", down=head.down, up=head.down, letters=head.letters, beta=0.01)
     with pytest.raises(UserError, match="shapes"):
         NamingHead.load(tmp_path / "shapes.npz")
+    assert again.gains.tolist() == [1.0, 1.0, 1.0]  # as fitted
+    np.savez(tmp_path / "before-gains.npz", down=head.down, up=head.up, letters=head.letters, beta=0.01)
+    assert NamingHead.load(tmp_path / "before-gains.npz").gains.tolist() == [1.0, 1.0, 1.0]
+    NamingHead(head.down, head.up, head.letters, 0.01, np.array([0.5, 2.0, 3.0], np.float32)).save(tmp_path / "g.npz")
+    assert NamingHead.load(tmp_path / "g.npz").gains.tolist() == [0.5, 2.0, 3.0]
+    for gains, expected in ((np.ones(2), "gains must be 3 floats"), (np.array([1.0, -1.0, 1.0]), "out-of-range")):
+        np.savez(tmp_path / "gains.npz", down=head.down, up=head.up, letters=head.letters, beta=0.01, gains=gains)
+        with pytest.raises(UserError, match=expected):
+            NamingHead.load(tmp_path / "gains.npz")
 
 
 def test_a_head_at_zero_scores_words_as_the_models_first_token_logits_shared_among_its_words(tiny_model_dir):  # noqa: F811
@@ -66,6 +75,20 @@ def test_a_head_at_zero_scores_words_as_the_models_first_token_logits_shared_amo
     spelled = readout_logits(states, mx.zeros((len(WORDS), hidden)), mx.array(head.down), mx.array(head.up),
                              mx.array(letters), mx.array(spelling_features(WORDS)))
     assert np.allclose(np.array(spelled)[:, 0], np.array(states)[:, 0]) and np.allclose(np.array(spelled)[:, 1:], 0)
+    # the gains weigh the three terms: the model's own scores, the correction, the letters
+    embeddings, down, up = mx.array(np.array(model.model.embed_tokens.weight)[vocabulary.first]), mx.array(
+        head.down), mx.array(np.random.default_rng(3).normal(size=(hidden, 4)).astype(np.float32))
+    spelling, parts = mx.array(spelling_features(WORDS)), []
+    for only in range(3):
+        unit = np.zeros(3, np.float32)
+        unit[only] = 1.0
+        parts.append(np.array(readout_logits(states, embeddings, down, up, mx.array(letters), spelling,
+                                             gains=mx.array(unit))))
+    gains = mx.array([0.5, 2.0, 3.0])
+    weighed = np.array(readout_logits(states, embeddings, down, up, mx.array(letters), spelling, gains=gains))
+    assert np.allclose(weighed, 0.5 * parts[0] + 2.0 * parts[1] + 3.0 * parts[2], atol=1e-4)
+    assert np.allclose(sum(parts), np.array(readout_logits(states, embeddings, down, up, mx.array(letters), spelling)),
+                       atol=1e-4)
 
 
 def test_the_fit_moves_each_position_toward_the_words_that_fit_its_clues_and_picks_the_epoch_on_validation(
