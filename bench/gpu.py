@@ -268,7 +268,7 @@ def eval_part(model: str, adapter: str | None, games: int, batch: int, max_token
 
     setup = load_setup("answers")
     spec = ModelSpec(model, adapter, SamplingSettings(max_tokens=max_tokens), batch, dtype=dtype)
-    player = spec.player(seed, setup.lists.allowed)
+    player = spec.player(seed, setup.lists.allowed, setup.start.secret_words)
     secrets = choose_secrets(setup.lists.secrets("answers"), "test", games, seed)
     play_and_summarise(player, setup, secrets[:EVAL_WARMUP_GAMES], show_progress=False)
     began = time.perf_counter()

@@ -133,7 +133,8 @@ def main(model: str, adapter: str | None, games: int, positions: int, batch_size
         if games:
             player_model, steer = loaded, None
             if head_file:
-                player_model, steer = steered_model(loaded, tokenizer, NamingHead.load(head_file), setup.lists.allowed)
+                player_model, steer = steered_model(loaded, tokenizer, NamingHead.load(head_file), setup.lists.allowed,
+                                                           setup.start.secret_words)
             summary, games_played[way], passes = play(player_model, tokenizer, secrets, seed, batch_size, steer)
             figures["eval"] = {"games": games, "seed": seed, "temperature": 0.7, "head": bool(steer),
                                **pass_figures(summary, passes, weight_counts(loaded))}

@@ -40,7 +40,7 @@ class ModelSpec:
         name += " +naming head" if self.head else ""
         return name + (" (guess constrained)" if self.constrain_guess else "")
 
-    def load(self, allowed: tuple[str, ...]):
+    def load(self, allowed: tuple[str, ...], secrets: tuple[str, ...] = ()):
         """(model, tokenizer, steer): the model, and with a naming head the maker of each answer's
         logits processor (llm/word_steering.py), else None."""
         from llm.loading import load_model
@@ -53,13 +53,13 @@ class ModelSpec:
         model, tokenizer = load_model(self.model, self.adapter, self.dtype, fuse=True)
         if not self.head:
             return model, tokenizer, None
-        model, steer = steered_model(model, tokenizer, NamingHead.load(self.head), allowed)
+        model, steer = steered_model(model, tokenizer, NamingHead.load(self.head), allowed, secrets)
         return model, tokenizer, steer
 
-    def player(self, seed: int, allowed: tuple[str, ...] = ()) -> Player:
+    def player(self, seed: int, allowed: tuple[str, ...] = (), secrets: tuple[str, ...] = ()) -> Player:
         from llm.player import ModelPlayer
 
-        model, tokenizer, steer = self.load(allowed)
+        model, tokenizer, steer = self.load(allowed, secrets)
         return ModelPlayer(model, tokenizer, self.name, self.sampling, seed, self.batch_size,
                            allowed if self.constrain_guess else None, steer)
 
@@ -99,7 +99,7 @@ def run_eval(setup: Setup, request: EvalRequest, json_path: str | None, show_pro
         player: Player = solver_player
     else:
         split = request.split or "heldout"
-        player, setup_seconds = model.player(request.seed, setup.lists.allowed), 0.0
+        player, setup_seconds = model.player(request.seed, setup.lists.allowed, setup.start.secret_words), 0.0
     secrets = choose_secrets(setup.lists.secrets(setup.secret_kind), split, request.games, request.seed)
     result = play_and_summarise(player, setup, secrets, measure_moves=model is not None,
                                 show_progress=show_progress, setup_seconds=setup_seconds)

@@ -6,6 +6,7 @@ token logits name the last guess or a word the clues rule out. The head scores e
 w from that final hidden state h:
 
     score(w) = e(w) . (g1 h + g2 up @ down @ h) + offset(w) + g3 spelling(w) . (letters @ h)
+               + b [w can be the secret]
 
 e(w) is the model's own output embedding of w's first token, so with the head at zero the scores
 are the model's logits, and `offset` shares that token among the words that start with it
@@ -15,8 +16,12 @@ own spelling (which place holds which letter, which letters it holds): a clue is
 about those, which a token embedding cannot spell. The gains g = (g1, g2, g3) weigh the three
 terms (the model's own scores, the correction, the letters); the fit leaves them at 1 and head RL
 may train them alone (rl/head_policy.py): three numbers cannot learn a position, only how much to
-trust each way of reading the state. rl/naming_head.py fits the head; sampling by it is
-llm/word_steering.py.
+trust each way of reading the state. b weighs a rule of the game the readout cannot see: secrets
+are drawn from the game's secret list (the 2,315 answers of the usual game, which the solver and
+the reward's `possible` also use), and half the fitted head's probability at held-out positions
+went to allowed words that never are one (results/head-gains/). The fit leaves b at 0 (its
+positions are games on every allowed word); head RL may train it with the gains. rl/naming_head.py
+fits the head; sampling by it is llm/word_steering.py.
 """
 
 from __future__ import annotations
@@ -52,10 +57,12 @@ def spelling_features(words: list[str] | tuple[str, ...]) -> np.ndarray:
 
 def readout_logits(states: mx.array, embeddings: mx.array, down: mx.array, up: mx.array,
                    letters: mx.array | None = None, spelling: mx.array | None = None,
-                   offsets: mx.array | None = None, gains: mx.array | None = None) -> mx.array:
+                   offsets: mx.array | None = None, gains: mx.array | None = None,
+                   secret_bias: mx.array | None = None, secret_mask: mx.array | None = None) -> mx.array:
     """Word scores (the module docstring's formula) for the states (rows, hidden): `embeddings`
     holds each word's first token's embedding, `spelling` each word's `spelling_features`, `gains`
-    the three terms' weights (None: all 1)."""
+    the three terms' weights (None: all 1), `secret_mask` 1 for the words that can be the secret
+    (words,) or (rows, words), which `secret_bias` (b) is added to."""
     correction = (states @ down.T) @ up.T
     mixed = states + correction if gains is None else states * gains[0] + correction * gains[1]
     logits = mixed @ embeddings.T
@@ -64,6 +71,8 @@ def readout_logits(states: mx.array, embeddings: mx.array, down: mx.array, up: m
     if letters is not None:
         spelled = (states @ letters.T) @ spelling.T
         logits = logits + (spelled if gains is None else spelled * gains[2])
+    if secret_bias is not None and secret_mask is not None:
+        logits = logits + secret_bias * secret_mask
     return logits
 
 
@@ -76,14 +85,15 @@ def naming_tokens(tokenizer) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class NamingHead:
     """The fitted parameters: `down` (rank, hidden), `up` (hidden, rank), `letters` (156, hidden),
-    the β of the target it was fitted toward (a record, not used when scoring) and the three `GAINS`
-    (all 1 as fitted; head RL may train them)."""
+    the β of the target it was fitted toward (a record, not used when scoring), the three `GAINS`
+    (all 1 as fitted) and `secret_bias` (0 as fitted): head RL may train those four."""
 
     down: np.ndarray
     up: np.ndarray
     letters: np.ndarray
     beta: float
     gains: np.ndarray = field(default_factory=lambda: np.ones(len(GAINS), np.float32))
+    secret_bias: float = 0.0
 
     @property
     def hidden(self) -> int:
@@ -93,14 +103,15 @@ class NamingHead:
         def write(tmp: str) -> None:
             with open(tmp, "wb") as f:
                 np.savez(f, down=self.down, up=self.up, letters=self.letters, beta=np.float64(self.beta),
-                         gains=self.gains)
+                         gains=self.gains, secret_bias=np.float64(self.secret_bias))
 
         atomic_write(path, write)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> NamingHead:
         """The head at `path`, checked whole: its three arrays of floats in shapes that fit together,
-        one positive β, three positive gains (a file written before heads had gains plays with 1s),
+        one positive β, three positive gains and a secret bias (a file written before heads had them
+        plays with 1s and 0),
         every value finite as the head scores (float32). Anything else (garbage, a file cut short,
         integers, a NaN) would play silently as a broken head: a one-line `UserError`."""
         fix = "fit it again with naming-head"
@@ -112,17 +123,19 @@ class NamingHead:
                    for key in (*ARRAYS, "beta")):
             raise UserError(f"{path} is not a naming head: down, up and letters must be tables of floats and beta "
                             f"one float; {fix}")
-        gains = saved.get("gains", np.ones(len(GAINS)))
+        gains, bias = saved.get("gains", np.ones(len(GAINS))), saved.get("secret_bias", np.zeros(()))
         if gains.shape != (len(GAINS),) or not np.issubdtype(gains.dtype, np.floating):
             raise UserError(f"{path} is not a naming head: its gains must be {len(GAINS)} floats; {fix}")
+        if bias.shape != () or not np.issubdtype(bias.dtype, np.floating):
+            raise UserError(f"{path} is not a naming head: its secret_bias must be one float; {fix}")
         with np.errstate(over="ignore"):  # a value past float32's range becomes inf, refused below
             head = cls(*(saved[key].astype(np.float32) for key in ARRAYS), float(saved["beta"]),
-                       gains.astype(np.float32))
+                       gains.astype(np.float32), float(np.float32(bias)))
         rank, hidden = head.down.shape
         if head.up.shape != (hidden, rank) or head.letters.shape != (SPELLING_FEATURES, hidden) or not rank:
             raise UserError(f"{path} is not a naming head: its arrays' shapes do not fit together; {fix}")
         if not (all(np.isfinite(getattr(head, key)).all() for key in (*ARRAYS, "gains")) and np.isfinite(head.beta)
-                and head.beta > 0 and (head.gains > 0).all()):
+                and head.beta > 0 and (head.gains > 0).all() and np.isfinite(head.secret_bias)):
             raise UserError(f"{path} holds NaN, infinite or out-of-range values: the file is damaged or its fit "
                             f"diverged; {fix}")
         return head

@@ -170,22 +170,34 @@ def word_basis(model: nn.Module, vocabulary: WordTokens) -> tuple[mx.array, mx.a
             mx.array(vocabulary.offsets))
 
 
-def head_scorer(model: nn.Module, head: NamingHead, vocabulary: WordTokens) -> Callable[[mx.array], mx.array]:
-    """The head's scores of the vocabulary's words from final hidden states (rows, hidden)."""
+def secret_mask(words: tuple[str, ...], secrets: tuple[str, ...]) -> np.ndarray:
+    """(words,) 1 for the words that can be the secret of the game (its secret list), 0 for the rest."""
+    possible = set(secrets)
+    return np.array([w in possible for w in words], dtype=np.float32)
+
+
+def head_scorer(model: nn.Module, head: NamingHead, vocabulary: WordTokens,
+                secrets: tuple[str, ...] = ()) -> Callable[[mx.array], mx.array]:
+    """The head's scores of the vocabulary's words from final hidden states (rows, hidden); with the
+    game's `secrets`, its secret bias goes to those words (without, to none)."""
     embeddings, spelling, offsets = word_basis(model, vocabulary)
     down, up, letters, gains = (mx.array(getattr(head, name)) for name in ("down", "up", "letters", "gains"))
-    return lambda states: readout_logits(states, embeddings, down, up, letters, spelling, offsets, gains)
+    mask = mx.array(secret_mask(vocabulary.words, secrets)) if secrets and head.secret_bias else None
+    bias = mx.array(head.secret_bias)
+    return lambda states: readout_logits(states, embeddings, down, up, letters, spelling, offsets, gains, bias, mask)
 
 
-def steered_model(model: nn.Module, tokenizer, head: NamingHead, words: tuple[str, ...]
-                  ) -> tuple[ScorePublisher, Callable[[GameState, tuple[Rejection, ...]], Processor]]:
+def steered_model(model: nn.Module, tokenizer, head: NamingHead, words: tuple[str, ...],
+                  secrets: tuple[str, ...] = ()) -> tuple[ScorePublisher, Callable[[GameState, tuple[Rejection, ...]],
+                                                                                    Processor]]:
     """The model that publishes the head's scores of `words` at the naming token, and the maker of
-    each answer's processor from its game state and the refusals shown to it."""
+    each answer's processor from its game state and the refusals shown to it; `secrets` is the
+    game's secret list, which the head's secret bias favours."""
     hidden = model.args.hidden_size
     if head.hidden != hidden:
         raise UserError(f"the naming head was fitted on a model with hidden size {head.hidden}, not {hidden}")
     vocabulary = WordTokens.of(tokenizer, list(words))
-    publisher = ScorePublisher(model, head_scorer(model, head, vocabulary), naming_tokens(tokenizer))
+    publisher = ScorePublisher(model, head_scorer(model, head, vocabulary, secrets), naming_tokens(tokenizer))
 
     def steer(state: GameState, refused: tuple[Rejection, ...]) -> Processor:
         return WordSteering(publisher, vocabulary, {*state.guesses, *(r.guess for r in refused)})

@@ -124,7 +124,7 @@ def play_recording(model, tokenizer, head, setup: Setup, secrets: list[str], sam
     from llm.player import ModelPlayer
     from llm.word_steering import steered_model
 
-    publisher, steer = steered_model(model, tokenizer, head, setup.lists.allowed)
+    publisher, steer = steered_model(model, tokenizer, head, setup.lists.allowed, setup.start.secret_words)
     recorder = SteeringRecorder(steer)
     player = ModelPlayer(publisher, tokenizer, "head rollouts", sampling, seed, batch_size, steer=recorder)
     games = play_games(player, setup, secrets, measure_moves=False, show_progress=show_progress)

@@ -35,7 +35,7 @@ from eval.harness import summarise
 from eval.splits import SPLITS
 from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from llm.naming_head import HEAD_FILE, NamingHead
-from llm.word_steering import WordTokens, word_basis
+from llm.word_steering import WordTokens, secret_mask, word_basis
 from rl.head_games import NamingRecords, play_recording
 from rl.head_policy import (HEAD_PARAMS, HeadBasis, as_head, clip_gradients, expert_loss, group_advantages, grpo_loss,
                             head_parameters, masked_rows, sample_words, word_log_probs)
@@ -72,6 +72,7 @@ class StateBank:
         self.positions, self.states, self.banned, self.scorer = positions, states, banned, scorer
         allowed = scorer.setup.lists
         self.secret_rows = np.array([allowed.index(p.secret) for p in positions], dtype=np.int64)
+        self.possible = secret_mask(allowed.allowed, scorer.setup.start.secret_words)  # (words,) its game's secrets
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -124,6 +125,7 @@ def run_head_rl(request, show_progress: bool = True) -> dict:
     temperature = config.rollout.temperature
     teacher, (val_states, val_banned), val_secrets = teacher_bank(adapter, allowed, scorers["allowed"])
     val_states = mx.array(val_states)
+    val_possible = mx.array(secret_mask(allowed, setups["answers"].start.secret_words))
     out.mkdir(parents=True, exist_ok=True)
     if not request.resume:
         _start_folder(out, request, adapter)
@@ -147,17 +149,18 @@ def run_head_rl(request, show_progress: bool = True) -> dict:
 
     own_states, own_banned = mx.array(own_bank.states), masked_rows(own_bank.banned, len(allowed))
 
-    def p_secret(states: mx.array, banned: mx.array, secrets: np.ndarray) -> float:
+    def p_secret(states: mx.array, banned: mx.array, secrets: np.ndarray, possible: mx.array) -> float:
         if not len(secrets):
             return None
-        log_p = word_log_probs(module.params(), basis, states, banned, temperature)
+        log_p = word_log_probs(module.params(), basis, states, banned, temperature, possible)
         return round(float(mx.exp(log_p[mx.arange(len(secrets)), mx.array(secrets)]).mean()), 5)
 
     def validation() -> dict:
         """The secret's probability at the play temperature on held-out validation states (what
         chooses RUN/best) and at the model's own training states (memory, told from skill)."""
-        return {"validation_p_secret": p_secret(val_states, val_banned, val_secrets),
-                "own_train_p_secret": p_secret(own_states, own_banned, own_bank.secret_rows)}
+        return {"validation_p_secret": p_secret(val_states, val_banned, val_secrets, val_possible),
+                "own_train_p_secret": p_secret(own_states, own_banned, own_bank.secret_rows,
+                                               mx.array(own_bank.possible))}
 
     def export(folder: Path) -> None:
         head = as_head(module.params(), start_head.beta)
@@ -259,14 +262,17 @@ def _step(phase: str, module: HeadModule, optimizer, loss_and_grad, basis: HeadB
     """One GRPO or expert-iteration step on freshly drawn words at freshly drawn states."""
     draws = _draw(rng, own, teacher, settings.states_per_step, settings.teacher_share)
     states = mx.array(np.concatenate([bank.states[chosen] for bank, chosen in draws]))
-    banned = masked_rows([bank.banned[j] for bank, chosen in draws for j in chosen], basis.embeddings.shape[0])
-    log_p = word_log_probs(module.params(), basis, states, banned, temperature)
+    words_count = basis.embeddings.shape[0]
+    banned = masked_rows([bank.banned[j] for bank, chosen in draws for j in chosen], words_count)
+    possible = mx.array(np.concatenate([np.broadcast_to(bank.possible, (len(chosen), words_count))
+                                        for bank, chosen in draws]))
+    log_p = word_log_probs(module.params(), basis, states, banned, temperature, possible)
     key = mx.random.key(int(rng.integers(2 ** 31)))
     words = sample_words(log_p, settings.group_size, key)
     words_np = np.array(words)
     rewards = np.concatenate([bank.rewards(chosen, words_np[offset:offset + len(chosen)])
                               for (bank, chosen), offset in zip(draws, np.cumsum([0] + [len(c) for _, c in draws]))])
-    ref_log_p = mx.stop_gradient(word_log_probs(reference, basis, states, banned, temperature))
+    ref_log_p = mx.stop_gradient(word_log_probs(reference, basis, states, banned, temperature, possible))
     secrets = np.concatenate([bank.secret_rows[chosen] for bank, chosen in draws])
     won = words_np == secrets[:, None]
     figures = {"reward_mean": round(float(rewards.mean()), 5), "win_rate": round(float(won.mean()), 5)}
@@ -278,7 +284,7 @@ def _step(phase: str, module: HeadModule, optimizer, loss_and_grad, basis: HeadB
         rows = mx.array(np.flatnonzero(kept))
         old = mx.stop_gradient(mx.take_along_axis(log_p, words, axis=-1))[rows]
         args = (basis, states[rows], banned[rows], words[rows], old, mx.array(advantages[kept], dtype=mx.float32),
-                ref_log_p[rows], settings, temperature)
+                ref_log_p[rows], settings, temperature, possible[rows])
         for _ in range(settings.updates):
             (loss, kl), grads = loss_and_grad(module, *args)
             grads, norm = clip_gradients(grads, settings.max_grad_norm)
@@ -290,8 +296,9 @@ def _step(phase: str, module: HeadModule, optimizer, loss_and_grad, basis: HeadB
         if not keep.any():
             return {**figures, "loss": None, "kl": None, "grad_norm": None}
         rows = np.flatnonzero(keep)
-        args = (basis, states[mx.array(rows)], banned[mx.array(rows)], words[mx.array(rows)],
-                mx.array(won[rows], dtype=mx.float32), ref_log_p[mx.array(rows)], settings, temperature)
+        kept_rows = mx.array(rows)
+        args = (basis, states[kept_rows], banned[kept_rows], words[kept_rows], mx.array(won[rows], dtype=mx.float32),
+                ref_log_p[kept_rows], settings, temperature, possible[kept_rows])
         (loss, kl), grads = loss_and_grad(module, *args)
         grads, norm = clip_gradients(grads, settings.max_grad_norm)
         optimizer.update(module, grads)

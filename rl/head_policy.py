@@ -14,12 +14,13 @@ signal. The update is GRPO's clipped ratio with the group's normalised advantage
 KL to the start head over every word (not a sampled estimate); filtered expert iteration is the
 cross-entropy toward the group's words that won.
 
-What it trains (`params`): the head's three gains (the weights of its terms, llm/naming_head.py),
-or its arrays. Its arrays (160k numbers) learnt the few hundred states RL drew from and not
-held-out ones, as the LoRA under the head did (results/head-rl/, results/lora-through-head/);
-three gains cannot tell one position from another, so what they learn is how much to trust each
-reading of the state everywhere. They are trained as logarithms: always positive, and weight
-decay pulls them back toward the fitted head (log 1 = 0), not toward 0.
+What it trains (`params`): the head's three gains and its secret bias (the weights of its terms
+and of the game's secret list, llm/naming_head.py), or its arrays. Its arrays (160k numbers)
+learnt the few hundred states RL drew from and not held-out ones, as the LoRA under the head did
+(results/head-rl/, results/lora-through-head/); four numbers cannot tell one position from
+another, so what they learn holds everywhere: how much to trust each reading of the state, and
+that a word the game never draws as a secret cannot win. The gains are trained as logarithms
+(always positive), so weight decay pulls all four back toward the fitted head (log 1 = 0, b = 0).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from common.knobs import knob
 from llm.naming_head import NamingHead, readout_logits
 
 ARRAYS = ("down", "up", "letters")
-HEAD_PARAMS = {"gains": ("log_gains",), "arrays": ARRAYS}  # `params` choice -> the parameters RL trains
+HEAD_PARAMS = {"gains": ("log_gains", "secret_bias"), "arrays": ARRAYS}  # `params` choice -> what RL trains
 # A banned word's score: finite, so that its probability is exactly 0 and the KL's and the loss's
 # gradients stay finite (-inf there makes 0 * inf = nan in the backward pass).
 BANNED_SCORE = -1e9
@@ -72,11 +73,12 @@ class HeadRLSettings:
     updates: int = knob(2, "Gradient updates per GRPO step on its groups (the ratio moves off 1 after the first).",
                         range=(1, 100))
     max_grad_norm: float = knob(1.0, "Gradient norm clip.", range=(0, 1e6), open_low=True)
-    params: str = knob("gains", "What head RL trains: gains (three numbers weighing the head's terms: the "
-                                "model's own word scores, the correction, the letter scores) or arrays (the "
-                                "head's 160k parameters, which learnt their training states only, "
-                                "results/head-rl/).", choices=tuple(HEAD_PARAMS), flag="--head-params")
-    gains_lr: float = knob(1e-2, "AdamW learning rate of the gains' logarithms (params: gains).",
+    params: str = knob("gains", "What head RL trains: gains (four numbers: the weights of the head's terms, the "
+                                "model's own word scores, the correction and the letter scores, and a bias "
+                                "toward the game's secret list) or arrays (the head's 160k parameters, which "
+                                "learnt their training states only, results/head-rl/).",
+                       choices=tuple(HEAD_PARAMS), flag="--head-params")
+    gains_lr: float = knob(1e-2, "AdamW learning rate of the gains' logarithms and the secret bias (params: gains).",
                            range=(0, 1), open_low=True)
 
     @property
@@ -85,19 +87,22 @@ class HeadRLSettings:
 
 
 def head_parameters(head: NamingHead) -> dict[str, mx.array]:
-    return {**{name: mx.array(getattr(head, name)) for name in ARRAYS}, "log_gains": mx.log(mx.array(head.gains))}
+    return {**{name: mx.array(getattr(head, name)) for name in ARRAYS}, "log_gains": mx.log(mx.array(head.gains)),
+            "secret_bias": mx.array(head.secret_bias, dtype=mx.float32)}
 
 
 def as_head(params: dict[str, mx.array], beta: float) -> NamingHead:
     return NamingHead(*(np.array(params[name], dtype=np.float32) for name in ARRAYS), beta,
-                      np.exp(np.array(params["log_gains"], dtype=np.float32)))
+                      np.exp(np.array(params["log_gains"], dtype=np.float32)), float(params["secret_bias"]))
 
 
 def word_log_probs(params: dict[str, mx.array], basis: HeadBasis, states: mx.array, banned: mx.array,
-                   temperature: float) -> mx.array:
-    """(states, words) log pi(w | h) at `temperature`; banned words get `BANNED_SCORE` (probability 0)."""
+                   temperature: float, possible: mx.array | None = None) -> mx.array:
+    """(states, words) log pi(w | h) at `temperature`; banned words get `BANNED_SCORE` (probability 0);
+    `possible` (states, words) is 1 where a word can be that state's game's secret (None: every word)."""
     scores = readout_logits(states, basis.embeddings, params["down"], params["up"], params["letters"],
-                            basis.spelling, basis.offsets, mx.exp(params["log_gains"])) / temperature
+                            basis.spelling, basis.offsets, mx.exp(params["log_gains"]), params["secret_bias"],
+                            possible) / temperature
     scores = mx.where(banned, BANNED_SCORE, scores)
     return scores - mx.logsumexp(scores, axis=-1, keepdims=True)
 
@@ -124,9 +129,10 @@ def exact_kl(log_p: mx.array, log_ref: mx.array) -> mx.array:
 
 def grpo_loss(params: dict, basis: HeadBasis, states: mx.array, banned: mx.array, words: mx.array,
               old_log_probs: mx.array, advantages: mx.array, ref_log_probs: mx.array,
-              settings: HeadRLSettings, temperature: float) -> tuple[mx.array, mx.array]:
+              settings: HeadRLSettings, temperature: float, possible: mx.array | None = None
+              ) -> tuple[mx.array, mx.array]:
     """(loss, kl): GRPO's clipped surrogate over the sampled words, plus the KL to the start head."""
-    log_p = word_log_probs(params, basis, states, banned, temperature)
+    log_p = word_log_probs(params, basis, states, banned, temperature, possible)
     chosen = mx.take_along_axis(log_p, words, axis=-1)
     ratio = mx.exp(chosen - old_log_probs)
     clipped = mx.clip(ratio, 1 - settings.clip, 1 + settings.clip)
@@ -137,10 +143,10 @@ def grpo_loss(params: dict, basis: HeadBasis, states: mx.array, banned: mx.array
 
 def expert_loss(params: dict, basis: HeadBasis, states: mx.array, banned: mx.array, targets: mx.array,
                 weights: mx.array, ref_log_probs: mx.array, settings: HeadRLSettings,
-                temperature: float) -> tuple[mx.array, mx.array]:
+                temperature: float, possible: mx.array | None = None) -> tuple[mx.array, mx.array]:
     """(loss, kl): cross-entropy toward the kept words (`weights` 1 for a kept word, 0 for padding),
     plus the KL to the start head, which keeps the words it was not shown where they were."""
-    log_p = word_log_probs(params, basis, states, banned, temperature)
+    log_p = word_log_probs(params, basis, states, banned, temperature, possible)
     chosen = mx.take_along_axis(log_p, targets, axis=-1)
     nll = -(chosen * weights).sum() / mx.maximum(weights.sum(), 1.0)
     kl = exact_kl(log_p, ref_log_probs)

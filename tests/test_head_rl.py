@@ -41,7 +41,7 @@ def test_banned_words_get_no_probability_and_the_rest_sum_to_one(tiny_model_dir)
     basis = HeadBasis(*word_basis(model, WordTokens.of(tokenizer, words)))
     hidden = model.args.hidden_size
     params = {"down": mx.zeros((2, hidden)), "up": mx.zeros((hidden, 2)), "letters": mx.zeros((156, hidden)),
-              "log_gains": mx.zeros(3)}
+              "log_gains": mx.zeros(3), "secret_bias": mx.array(0.0)}
     states = mx.array(np.random.default_rng(0).normal(size=(3, hidden)).astype(np.float32))
     banned = masked_rows([np.array([0]), np.array([], np.int64), np.array([1, 3])], len(words))
     probs = np.exp(np.array(word_log_probs(params, basis, states, banned, 0.7)))
@@ -118,7 +118,7 @@ def test_gains_alone_learn_to_trust_an_underweighted_letter_reading_and_leave_th
     head = NamingHead(np.zeros((2, hidden), np.float32), np.zeros((hidden, 2), np.float32),
                       letters.astype(np.float32), 0.01)
     module, reference = HeadModule(head, HEAD_PARAMS["gains"]), HeadModule(head).params()
-    assert set(dict(tree_flatten(module.trainable_parameters()))) == {"log_gains"}
+    assert set(dict(tree_flatten(module.trainable_parameters()))) == {"log_gains", "secret_bias"}
     settings = HeadRLSettings(group_size=16, states_per_step=6, kl_coef=0.0, teacher_share=0.0, params="gains",
                               gains_lr=0.05)
     optimizer = optim.AdamW(learning_rate=settings.learning_rate, weight_decay=0.0)
@@ -139,6 +139,7 @@ def test_gains_alone_learn_to_trust_an_underweighted_letter_reading_and_leave_th
         _step(phase, module, optimizer, losses[phase], basis, reference, bank, empty, settings, 0.7, rng)
     gains = np.exp(np.array(module.log_gains))
     assert gains[2] > 1.5 and secret_p() > before + 0.2
+    print("BIAS", float(module.secret_bias))
     assert all(np.array_equal(np.array(getattr(module, k)), getattr(head, k)) for k in ("down", "up", "letters"))
     exported = as_head(module.params(), head.beta)
     assert np.allclose(exported.gains, gains)
