@@ -13,7 +13,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from common.errors import UserError
+from common.errors import UserError, note
 from common.fileio import atomic_replace_dir, read_json
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -38,6 +38,14 @@ def write_adapter(folder: Path, weights: dict[str, mx.array], config: dict) -> N
 
 
 def save_adapter(folder: str | Path, weights: dict[str, mx.array], config: dict) -> Path:
-    """Replace `folder` with the adapter in one step."""
+    """Replace `folder` with the adapter in one step. What else the old folder held (a naming head
+    fitted on the old adapter, its cached states) was made for the old weights and goes with them;
+    a note names it, so that a head does not vanish unsaid."""
+    folder = Path(folder)
+    dropped = sorted(p.name for p in folder.iterdir() if p.name not in (ADAPTER_CONFIG, ADAPTER_WEIGHTS)) \
+        if folder.is_dir() else []
     atomic_replace_dir(folder, lambda build: write_adapter(build, weights, config))
-    return Path(folder)
+    if dropped:
+        note(f"{folder} now holds the new adapter; removed with the old one, which they were made for: "
+             f"{', '.join(dropped)}")
+    return folder

@@ -237,3 +237,15 @@ def test_a_killed_fit_resumes_from_the_states_it_saved(tiny_model_dir, tiny_adap
     naming_head.run_naming_head(str(tiny_model_dir), str(tiny_adapter), settings, None, show_progress=False)
     assert computed == [2, 1, 2]  # the first chunk, then only the train position and the validation ones left
     assert (tiny_adapter / HEAD_FILE).exists()
+
+
+def test_saving_a_new_adapter_over_one_with_a_head_says_the_head_went_with_it(tiny_adapter, capsys):
+    """A head fitted on the old weights does not fit the new ones, so it goes; a note names it."""
+    (tiny_adapter / HEAD_FILE).write_bytes(b"a head of the old weights")
+    weights = mx.load(str(tiny_adapter / "adapters.safetensors"))
+    config = json.loads((tiny_adapter / "adapter_config.json").read_text())
+    save_adapter(tiny_adapter, weights, config)
+    assert not (tiny_adapter / HEAD_FILE).exists() and (tiny_adapter / "adapters.safetensors").exists()
+    assert f"removed with the old one, which they were made for: {HEAD_FILE}" in capsys.readouterr().err
+    save_adapter(tiny_adapter, weights, config)  # nothing else there: no note
+    assert "note:" not in capsys.readouterr().err
