@@ -38,7 +38,7 @@ def main(start: str, trained: str, states_path: str, positions: int, json_out: s
 
     from llm.loading import load_model
     from llm.naming_head import HEAD_FILE, NamingHead
-    from llm.word_steering import WordTokens, head_scorer
+    from llm.word_steering import WordTokens, head_scorer, secret_mask
     from rl.head_policy import BANNED_SCORE, masked_rows
     from rl.naming_head import HeadSettings, head_positions, load_states
     from solver.setup import load_setup
@@ -58,6 +58,7 @@ def main(start: str, trained: str, states_path: str, positions: int, json_out: s
     mixes = {"fitted head": fitted, "trained head": learnt,
              "trained gains only": replace(fitted, gains=learnt.gains),
              "trained secret bias only": replace(fitted, secret_bias=learnt.secret_bias)}
+    on_list = mx.array(secret_mask(allowed, setup.start.secret_words))
     figures = {}
     for name, head in mixes.items():
         scores = head_scorer(model, head, vocabulary, setup.start.secret_words)(states) / TEMPERATURE
@@ -65,8 +66,7 @@ def main(start: str, trained: str, states_path: str, positions: int, json_out: s
         log_p = scores - mx.logsumexp(scores, axis=-1, keepdims=True)
         p_secret = mx.exp(log_p[mx.arange(len(positions_held)), secrets])
         first = mx.argmax(log_p, axis=-1) == secrets
-        on_secrets = (mx.exp(log_p) * mx.array(np.array([w in set(setup.lists.answers) for w in allowed],
-                                                         dtype=np.float32))).sum(axis=-1)
+        on_secrets = (mx.exp(log_p) * on_list).sum(axis=-1)
         figures[name] = {"gains": [round(float(g), 4) for g in head.gains], "secret_bias": round(head.secret_bias, 4),
                          "p_secret": round(float(p_secret.mean()), 4),
                          "secret_first": round(float(first.astype(mx.float32).mean()), 4),
