@@ -8,9 +8,11 @@ rows per decode step, and the rest (Python, sampling bookkeeping, the solver's s
 Head states: the naming states of `--positions` training positions (`rl/naming_head.py`, the
 opening every context shares run once): seconds and tokens per position.
 
-Each is measured twice, with the adapter kept as mlx-lm's LoRA layers (`adapter_layers`, before)
-and folded into the weights (`fused`, what eval and the head now load): the speed-ups, the
-largest difference between the two ways' states and how many games' records are identical.
+Each is measured with the adapter kept as mlx-lm's LoRA layers (`adapter_layers`) and folded into
+the weights (`fused`, what eval and the head load); head states also as the product computes them,
+fused and one context a core on a stream of its own (`fused_core_streams`, llm/cpu_streams.py; eval
+runs on one stream). The speed-ups of each way over the one before it and over the first, the
+largest difference between ways' states and how many games' records are identical.
 
 Matmul rate: `doctor`'s figure next to what the passes reach, 2 x weights x tokens / seconds
 (a prefill does not run the output layer; a decode step does).
@@ -38,7 +40,10 @@ from common.fileio import atomic_write_json
 from llm.generation import PassCounters, SamplingSettings
 
 
-WAYS = {"adapter_layers": False, "fused": True}  # how the adapter is applied: `load_model(..., fuse=)`
+# How a pass runs: the adapter folded into the weights (`load_model(..., fuse=)`), and head states
+# spread over one stream a core (`naming_states(..., spread=)`); eval is measured in EVAL_WAYS.
+WAYS = {"adapter_layers": (False, False), "fused": (True, False), "fused_core_streams": (True, True)}
+EVAL_WAYS = ("adapter_layers", "fused")
 
 
 def weight_counts(model) -> tuple[int, int]:
@@ -79,7 +84,7 @@ def pass_figures(summary: dict, passes: PassCounters, weights: tuple[int, int]) 
     }
 
 
-def head_states(model, tokenizer, count: int, seed: int) -> tuple[dict, np.ndarray]:
+def head_states(model, tokenizer, count: int, seed: int, spread: bool) -> tuple[dict, np.ndarray]:
     """Figures of the naming states of `count` training positions (the product's path), and the states."""
     from llm.generation import shared_prefix_length
     from rl.naming_head import HeadSettings, head_positions, naming_context, naming_states
@@ -88,7 +93,7 @@ def head_states(model, tokenizer, count: int, seed: int) -> tuple[dict, np.ndarr
     contexts = [naming_context(tokenizer, p) for p in positions]
     shared = shared_prefix_length(contexts)
     began = time.perf_counter()
-    states = naming_states(model, tokenizer, positions)
+    states = naming_states(model, tokenizer, positions, spread=spread)
     seconds = time.perf_counter() - began
     tokens = sum(map(len, contexts)) - shared * (len(contexts) - 1)
     return {"positions": len(positions), "shared_opening_tokens": shared,
@@ -124,32 +129,38 @@ def main(model: str, adapter: str | None, games: int, positions: int, batch_size
     secrets = choose_secrets(setup.lists.answers, "test", games, seed) if games else []
     states, games_played = {}, {}
     head_file = head_beside(adapter)
-    for way, fuse in WAYS.items():
-        loaded, tokenizer = load_model(model, adapter, fuse=fuse)
+    loaded = None
+    for way, (fuse, spread) in WAYS.items():
+        if loaded is None or fuse != loaded[2]:
+            loaded = (*load_model(model, adapter, fuse=fuse), fuse)
+        network, tokenizer = loaded[:2]
         figures = record["ways"][way] = {}
         if positions:
-            figures["head_states"], states[way] = head_states(loaded, tokenizer, positions, seed)
+            figures["head_states"], states[way] = head_states(network, tokenizer, positions, seed, spread)
             click.echo(json.dumps({way: figures["head_states"]}))
-        if games:
-            player_model, steer = loaded, None
+        if games and way in EVAL_WAYS:
+            player_model, steer = network, None
             if head_file:
-                player_model, steer = steered_model(loaded, tokenizer, NamingHead.load(head_file), setup.lists.allowed,
-                                                           setup.start.secret_words)
+                player_model, steer = steered_model(network, tokenizer, NamingHead.load(head_file), setup.lists.allowed,
+                                                    setup.start.secret_words)
             summary, games_played[way], passes = play(player_model, tokenizer, secrets, seed, batch_size, steer)
             figures["eval"] = {"games": games, "seed": seed, "temperature": 0.7, "head": bool(steer),
-                               **pass_figures(summary, passes, weight_counts(loaded))}
+                               **pass_figures(summary, passes, weight_counts(network))}
             click.echo(json.dumps({way: figures["eval"]}))
-    before, after = WAYS
+    first, *later = WAYS
 
-    def speedup(part: str, figure: str) -> float:
-        return round(record["ways"][before][part][figure] / record["ways"][after][part][figure], 2)
+    def speedups(part: str, figure: str, ways: list[str]) -> dict[str, float]:
+        """`{"later_over_earlier": x}` for every pair of ways: how many times faster the later one ran."""
+        measured = {way: record["ways"][way][part][figure] for way in ways}
+        return {f"{after}_over_{before}": round(measured[before] / measured[after], 2)
+                for i, before in enumerate(ways) for after in ways[i + 1:]}
 
     if positions:
-        record["head_states_speedup"] = speedup("head_states", "s_per_position")
-        record["states_max_abs_difference"] = float(np.abs(states[before] - states[after]).max())
+        record["head_states_speedup"] = speedups("head_states", "s_per_position", list(WAYS))
+        record["states_max_abs_difference"] = {way: float(np.abs(states[first] - states[way]).max()) for way in later}
     if games:
-        record["eval_speedup"] = speedup("eval", "seconds")
-        record["games_identical"] = sum(a == b for a, b in zip(games_played[before], games_played[after]))
+        record["eval_speedup"] = speedups("eval", "seconds", list(EVAL_WAYS))
+        record["games_identical"] = sum(a == b for a, b in zip(*(games_played[way] for way in EVAL_WAYS)))
     click.echo(json.dumps({k: v for k, v in record.items() if k != "ways"}))
     if json_path:
         atomic_write_json(json_path, record)

@@ -10,6 +10,8 @@ imported mlx or done work worth keeping.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import importlib.metadata
 import os
 import platform
@@ -88,3 +90,26 @@ def blas_in_use() -> str:
     if "mlx_cpu.libs/libblas" in maps or "/libblas" in maps:
         return "reference (bundled with mlx)"
     return "unknown"
+
+
+def blas_threads() -> int | None:
+    """Threads each MKL matmul may use in this process; None when MLX's matmuls do not go to MKL."""
+    mkl = _loaded_mkl()
+    return mkl.MKL_Get_Max_Threads() if mkl else None
+
+
+def set_blas_threads(count: int) -> None:
+    """Let each MKL matmul use `count` threads from now on (nothing when MLX does not use MKL).
+
+    MKL's setting is process-wide and read at every call, so it can change between passes."""
+    mkl = _loaded_mkl()
+    if mkl:
+        mkl.MKL_Set_Num_Threads(count)
+
+
+@functools.cache
+def _loaded_mkl() -> ctypes.CDLL | None:
+    """The MKL that MLX's matmuls land in (`ensure_fast_blas`), or None: never loads another copy."""
+    if blas_in_use() != "mkl":
+        return None
+    return ctypes.CDLL(MKL_LIBRARY)

@@ -36,7 +36,7 @@ def naming_head_command(model, adapter, states_path, dtype, quiet, json_path, **
     never a word played or refused at that turn; everything else in the answer is the model's.
 
     The model stays frozen; its states at one-candidate positions of training words are computed
-    once (about 1.6 s each on a 2-core CPU) and kept in --states. `eval` with this --adapter then
+    once (about 0.5 s each on a 2-core CPU) and kept in --states. `eval` with this --adapter then
     names words by the head (--no-naming-head: without it)."""
     from common.fileio import atomic_write_json
     from llm.adapter_files import ADAPTER_WEIGHTS

@@ -16,8 +16,9 @@ a particular word, so memory cannot pay: the training positions are those of tra
 secret's mean probability among all words, and test words are never read.
 
 The model stays frozen, so its final hidden state at each position's naming token is computed
-once (its longest part: 1.6 s a position on a 2-core CPU) and kept in a states file, saved as it
-grows: a killed run resumes from the states it had, and a refit with another beta reads them.
+once (its longest part: 0.53 s a position on a 2-core CPU, results/passes/) and kept in a states
+file, saved as it grows: a killed run resumes from the states it had, and a refit with another
+beta reads them.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from common.options import SEED
 from common.progress import progress_bar
 from eval.endgame import EndgamePosition, teacher_positions
 from eval.splits import held_out_validation, trainable
+from llm.cpu_streams import core_streams
 from llm.format import NAMING_WORD, prompt_tokens
 from llm.generation import copy_cache, prefix_cache, shared_prefix_length
 from llm.naming_head import HEAD_FILE, NamingHead, naming_tokens, readout_logits
@@ -52,7 +54,7 @@ STATES_FILE = "naming_states.npz"  # the cached states, beside the head unless -
 ORIGIN_KEY = "made_with"  # the states file's record of the model and adapter that made them (states_origin)
 EVAL_EVERY = 20  # epochs between validation figures (the best of them is kept)
 STATES_CHUNK = 32  # positions per saved piece of the states file
-STATES_BATCH = 8  # positions per forward pass (contexts run 300-380 tokens)
+STATES_BATCH = 8  # positions per forward pass on one stream (contexts run 300-380 tokens)
 
 
 @dataclass(frozen=True)
@@ -97,14 +99,18 @@ def head_positions(settings: HeadSettings) -> dict[str, list[EndgamePosition]]:
                                                   settings.validation_positions, settings.seed + 1)}
 
 
-def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition],
-                  batch: int = STATES_BATCH) -> np.ndarray:
+def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition], batch: int | None = None,
+                  spread: bool = True) -> np.ndarray:
     """The final (normed) hidden state at the naming token of each position, (positions, hidden).
 
     What every context opens with (the system message, the user turn's start and the opener,
     about a third of a context) is run through the model once and its KV cache shared by every
-    batch; the rest is batched by length, so that little of a batch is padding (padding sits
-    after each context's last token, which the causal mask keeps from seeing it)."""
+    pass. On a CPU (unless not `spread`) each core runs one context at a time on a stream of its
+    own (llm/cpu_streams.py): 0.53 s a position on 2 cores against 0.87 for batches of 8 on one
+    stream, and batches of 2-4 a stream or more streams than cores were slower (results/passes/).
+    Elsewhere the rest is batched by length (`batch`, default `STATES_BATCH`), so that little of a
+    batch is padding (padding sits after each context's last token, which the causal mask keeps
+    from seeing it)."""
     contexts = [naming_context(tokenizer, p) for p in positions]
     states = np.zeros((len(contexts), model.args.hidden_size), dtype=np.float32)
     if not contexts:
@@ -112,15 +118,27 @@ def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition],
     shared = shared_prefix_length(contexts)
     prefix = prefix_cache(model, contexts[0][:shared])
     order = sorted(range(len(contexts)), key=lambda i: len(contexts[i]))
-    for start in range(0, len(order), batch):
-        chosen = order[start:start + batch]
-        rests = [contexts[i][shared:] for i in chosen]
-        width = max(len(rest) for rest in rests)
-        cache = [copy_cache(layer, len(chosen)) for layer in prefix]
-        hidden = model.model(mx.array([rest + [0] * (width - len(rest)) for rest in rests]), cache=cache or None)
-        last = mx.array([len(rest) - 1 for rest in rests])
-        states[chosen] = np.array(hidden[mx.arange(len(chosen)), last].astype(mx.float32))
+    with core_streams(spread) as streams:
+        size = batch or (1 if len(streams) > 1 else STATES_BATCH)
+        batches = [order[start:start + size] for start in range(0, len(order), size)]
+        for first in range(0, len(batches), len(streams)):
+            wave = batches[first:first + len(streams)]
+            passes = []
+            for stream, chosen in zip(streams, wave):
+                with mx.stream(stream):
+                    passes.append(_last_states(model, prefix, [contexts[i][shared:] for i in chosen]))
+            mx.eval(passes)
+            for chosen, hidden in zip(wave, passes):
+                states[chosen] = np.array(hidden)
     return states
+
+
+def _last_states(model: nn.Module, prefix: list, rests: list[list[int]]) -> mx.array:
+    """The final hidden state at each context's last token, each context `prefix` then its rest."""
+    width = max(len(rest) for rest in rests)
+    cache = [copy_cache(layer, len(rests)) for layer in prefix]
+    hidden = model.model(mx.array([rest + [0] * (width - len(rest)) for rest in rests]), cache=cache or None)
+    return hidden[mx.arange(len(rests)), mx.array([len(rest) - 1 for rest in rests])].astype(mx.float32)
 
 
 def states_origin(model_spec: str, adapter: str | Path) -> dict[str, str]:

@@ -134,7 +134,7 @@ class PipelineSettings:
     eval_games: int = knob(64, "Held-out games per model.", range=(1, None), flag="--eval-games")  # test games
     # The naming head fitted on RL's chosen adapter (rl/naming_head.py), which its eval then plays
     # with: from the GPU SFT adapter it won 61 of 128 held-out games where the adapter won 33
-    # (results/naming-head/). Its states cost 1.0-1.6 s a position on a 2-core CPU.
+    # (results/naming-head/). Its states cost about 0.5 s a position on a 2-core CPU.
     naming_head: int = knob(0, "Training positions of a naming head fitted on RL's chosen adapter, which the RL "
                                "model then plays with (0: none).", range=(0, 1_000_000), flag="--naming-head")
     # Where SFT comes from: auto is the bundled start for the default model (SFT from scratch takes
@@ -144,7 +144,7 @@ class PipelineSettings:
                                   "start from.", flag="--sft-start")
     # From an SFT start, RL trains a naming head fitted on it (rl/head_loop.py).
     start_head: int = knob(640, "From an SFT start: training positions of the naming head fitted on it, which head "
-                                "RL then trains (each costs one model pass, 1.0-1.6 s on 2 cores).",
+                                "RL then trains (each costs one model pass, about 0.5 s on 2 cores).",
                            range=(1, 1_000_000), flag="--start-head")
     head_rl_steps: int = rl_knob("steps", 200, "--head-rl-steps",
                                  help="From an SFT start: head RL steps (each a few seconds; the games come first).")

@@ -7,21 +7,28 @@ from llm_fixtures import run_benchmark, tiny_model_dir, write_lora_adapter  # no
 from bench.passes import main
 
 
-def test_passes_profile_splits_eval_time_and_compares_adapter_layers_with_fused(tiny_model_dir, tmp_path):  # noqa: F811
+def test_passes_profile_splits_eval_time_and_compares_the_ways_a_pass_runs(tiny_model_dir, tmp_path):  # noqa: F811
     write_lora_adapter(tiny_model_dir, tmp_path / "adapter")
     report = run_benchmark(main, tiny_model_dir, ["--adapter", str(tmp_path / "adapter"), "--games", "4",
                                                   "--positions", "6", "--batch-size", "4"],
                            tmp_path / "passes.json")
-    assert set(report["ways"]) == {"adapter_layers", "fused"}
-    for way in report["ways"].values():
+    assert set(report["ways"]) == {"adapter_layers", "fused", "fused_core_streams"}
+    for name, way in report["ways"].items():
         states = way["head_states"]
         assert states["positions"] == 6 and states["shared_opening_tokens"] > 50
         assert states["tokens_per_position"] > 0 and states["s_per_position"] > 0
+        if name == "fused_core_streams":  # eval runs on one stream: measured in the other two ways
+            assert "eval" not in way
+            continue
         played = way["eval"]
         assert played["games"] == 4 and played["answers"] >= 4 * 3
         assert played["prompt_tokens"] > 0 and played["decode_steps"] > 0
         assert played["answer_tokens"] >= played["decode_steps"]
         assert played["rest_seconds"] >= -0.5
-    assert report["states_max_abs_difference"] < 1e-4
+    assert set(report["states_max_abs_difference"]) == {"fused", "fused_core_streams"}
+    assert max(report["states_max_abs_difference"].values()) < 1e-4
     assert report["games_identical"] == 4
-    assert report["eval_speedup"] > 0 and report["head_states_speedup"] > 0
+    assert set(report["eval_speedup"]) == {"fused_over_adapter_layers"}
+    assert set(report["head_states_speedup"]) == {"fused_over_adapter_layers", "fused_core_streams_over_adapter_layers",
+                                                  "fused_core_streams_over_fused"}
+    assert min(report["eval_speedup"].values()) > 0 and min(report["head_states_speedup"].values()) > 0

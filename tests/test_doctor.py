@@ -67,9 +67,12 @@ def _probe(tmp_path: Path, env: dict[str, str]) -> dict:
         "from llm.blas import ensure_fast_blas, blas_in_use\n"
         "ensure_fast_blas()\n"
         "import json, os\n"
+        "from llm.blas import blas_threads, set_blas_threads\n"
         "from llm.doctor import matmul_gflops\n"
-        "print(json.dumps({'blas': blas_in_use(), 'argv': sys.argv[1:],\n"
-        "    'gflops': matmul_gflops(512, 3), 'preload': os.environ.get('LD_PRELOAD', '')}))\n"
+        "gflops = matmul_gflops(512, 3)\n"
+        "threads = blas_threads(); set_blas_threads(1); one = blas_threads()\n"
+        "print(json.dumps({'blas': blas_in_use(), 'argv': sys.argv[1:], 'threads': [threads, one],\n"
+        "    'gflops': gflops, 'preload': os.environ.get('LD_PRELOAD', '')}))\n"
     )
     args = [sys.executable, str(script), "--flag", "two words"]
     done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
@@ -84,6 +87,8 @@ def test_preload_switches_mlx_to_mkl(tmp_path: Path) -> None:
     assert fast["argv"] == slow["argv"] == ["--flag", "two words"]  # the re-exec keeps argv
     assert slow["blas"] == "reference (bundled with mlx)" and slow["preload"] == ""
     assert fast["gflops"] > 5 * slow["gflops"]
+    assert fast["threads"][0] >= 1 and fast["threads"][1] == 1  # MKL's threads can change between passes
+    assert slow["threads"] == [None, None]
 
 
 @needs_mkl
