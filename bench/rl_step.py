@@ -5,7 +5,12 @@ every position (up to `--max-tokens` each), then makes one update, exactly as `r
 does (rl/loop.py run_grpo_step). Reported, as medians over the steps after the first
 (warm-up): rollout answer tokens/s, update trained tokens/s, step seconds, the
 rollout's share of the step, the update's padding share, and peak memory of each
-phase (the peak is reset between them). Every group is trained (`tie_threshold` 0),
+phase (the peak is reset between them). The profile of a step: the rollout's prompt tokens and
+seconds of prefill, its decode steps and their seconds, and the rest (Python, the reward kernel,
+the solver); the update's reference pass (KL) and gradient seconds; each pass's matmul rate
+(2 x weights a prefill token or decoded token, 2 x weights a reference position and 4 x weights a
+gradient position: LoRA's backward reaches the activations, never the frozen weights' gradients)
+next to `doctor`'s. Every group is trained (`tie_threshold` 0),
 so the update's work does not hang on how many groups the start model happens to tie.
 With `--steps 1` the figures are the warm-up step's: enough for peak memory, which
 a warm-up does not change, at a fraction of the time (a G=16 step takes ~15 minutes
@@ -19,6 +24,12 @@ from __future__ import annotations
 
 from llm.blas import ensure_fast_blas
 
+def _median(values: list) -> float | None:
+    """The median of the measured values (a rate is None where its pass did not run)."""
+    measured = [v for v in values if v is not None]
+    return statistics.median(measured) if measured else None
+
+
 if __name__ == "__main__":
     ensure_fast_blas()  # before mlx loads
 
@@ -29,9 +40,12 @@ import click
 import mlx.core as mx
 import numpy as np
 
+from bench.decode import cpu_name
+from bench.passes import weight_counts
 from common.errors import run_script
 from common.fileio import atomic_write_json
 from eval.splits import trainable
+from llm.doctor import matmul_gflops
 from rl.config import build_config
 from rl.grpo import GrpoLearner
 from rl.loop import run_grpo_step
@@ -43,7 +57,27 @@ from solver.setup import load_setup
 
 PIPELINE = PipelineSettings()
 FIGURES = ("seconds", "rollout_tokens_per_s", "update_tokens_per_s", "rollout_share", "padding_share",
-           "answer_tokens", "trained_tokens", "rollout_peak_memory_gb", "update_peak_memory_gb")
+           "answer_tokens", "trained_tokens", "rollout_peak_memory_gb", "update_peak_memory_gb",
+           "rollout_seconds", "rollout_prompt_tokens", "rollout_prefill_seconds", "rollout_decode_steps",
+           "rollout_decode_seconds", "rollout_rest_seconds", "update_seconds", "reference_seconds",
+           "gradient_seconds", "update_positions", "prefill_gflops", "decode_gflops", "reference_gflops",
+           "gradient_gflops")
+
+
+def step_profile(record: dict, weights: tuple[int, int]) -> dict:
+    """The step's rest of the rollout, gradient seconds and matmul rates (module docstring), from its record;
+    `weights`: (weights a prompt token passes through, weights a decoded token passes through)."""
+    def rate(flops_per_token: int, tokens: int, seconds: float) -> float | None:
+        return round(flops_per_token * tokens / seconds / 1e9, 1) if seconds > 0 else None
+
+    gradient = record["update_seconds"] - record.get("reference_seconds", 0.0)
+    positions = record.get("update_positions", 0)
+    return {"rollout_rest_seconds": record["rollout_seconds"] - record["rollout_prefill_seconds"]
+            - record["rollout_decode_seconds"], "gradient_seconds": gradient,
+            "prefill_gflops": rate(2 * weights[0], record["rollout_prompt_tokens"], record["rollout_prefill_seconds"]),
+            "decode_gflops": rate(2 * weights[1], record["answer_tokens"], record["rollout_decode_seconds"]),
+            "reference_gflops": rate(2 * weights[1], positions, record.get("reference_seconds", 0.0)),
+            "gradient_gflops": rate(4 * weights[1], positions, gradient)}
 
 
 @click.command()
@@ -74,6 +108,7 @@ def main(model, adapter, group_size, games, max_tokens, steps, batch_size, micro
     mx.random.seed(seed)
     policy = load_policy(model, adapter, config.lora)
     learner = GrpoLearner(policy.model, config.grpo, config.rollout.temperature, policy.tokenizer.eos_token_id)
+    weights = weight_counts(policy.model)
 
     def fresh_starts():
         return sample_start_states(setup, solver, secrets, games, rng, config.rollout.max_history,
@@ -84,17 +119,25 @@ def main(model, adapter, group_size, games, max_tokens, steps, batch_size, micro
         mx.reset_peak_memory()
         record = run_grpo_step(policy.model, policy.tokenizer, scorer, learner, config, fresh_starts, rng)
         record["seconds"] = record["rollout_seconds"] + record["update_seconds"]
+        record.update(step_profile(record, weights))
         records.append({key: record.get(key) for key in FIGURES})
         click.echo(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in records[-1].items()}),
                    err=True)
     timed = records[1:] or records
-    summary = {"model": model, "adapter": adapter, "group_size": group_size, "games": games, "max_tokens": max_tokens,
+    summary = {"model": model, "adapter": adapter, "machine": cpu_name(), "matmul_gflops": round(matmul_gflops(), 1),
+               "group_size": group_size, "games": games, "max_tokens": max_tokens,
                "batch_size": config.rollout.batch_size, "micro_batch_tokens": config.grpo.micro_batch_tokens,
-               "steps": steps, **{f"median_{key}": statistics.median(r[key] for r in timed) for key in FIGURES},
+               "steps": steps, **{f"median_{key}": _median([r[key] for r in timed]) for key in FIGURES},
                "per_step": records}
     click.echo(json.dumps({k: v for k, v in summary.items() if k != "per_step"}))
     if json_path:
         atomic_write_json(json_path, summary)
+
+
+def _median(values: list) -> float | None:
+    """The median of the measured values (a rate is None where its pass did not run)."""
+    measured = [v for v in values if v is not None]
+    return statistics.median(measured) if measured else None
 
 
 if __name__ == "__main__":

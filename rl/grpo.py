@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -397,7 +398,9 @@ class GrpoLearner:
         batches = self.batches(groups)
         local_tokens = trained_tokens(batches)
         n_tokens = max(1, int(distributed.total(local_tokens)))  # every rank's: the loss is the whole step's mean
+        began = time.perf_counter()
         refs = self.reference_logprobs(batches) if settings.kl_coef > 0 else None
+        reference_seconds = time.perf_counter() - began
         olds: dict[tuple[int, int], mx.array] = {}
         figures = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0, "nonfinite_skipped": 0}
         for _ in range(settings.updates_per_batch):
@@ -416,7 +419,9 @@ class GrpoLearner:
             figures.update(loss=sums["loss"], kl=sums["kl"] / n_tokens, clip_fraction=sums["clip"] / n_tokens,
                            grad_norm=norm, lr=self.optimizer.learning_rate.item())
         positions = sum(gb.positions for gb in batches)
-        figures.update(trained_tokens=n_tokens, padding_share=1.0 - local_tokens / positions if positions else 0.0)
+        figures.update(trained_tokens=n_tokens, padding_share=1.0 - local_tokens / positions if positions else 0.0,
+                       update_positions=positions + sum(gb.prompt.size for gb in batches),
+                       reference_seconds=reference_seconds)
         return figures
 
     def batches(self, groups: list[Group]) -> list[GroupBatch]:

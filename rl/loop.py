@@ -57,6 +57,12 @@ from solver.policy import expert_policy
 CONFIG_FILE = "config.json"
 RUN_FILE = "run.json"  # the model and start adapter, for --resume
 START_ADAPTER = "start_adapter"  # a copy of --adapter: a resume does not depend on the original
+# A metrics record's figures that measure the machine's speed, not the run: a resumed or
+# several-process run repeats every other figure of the run it continues or splits.
+TIMING_FIGURES = frozenset({
+    "seconds", "tokens_per_s", "rollout_tokens_per_s", "update_tokens_per_s", "rollout_share", "peak_memory_gb",
+    "rollout_seconds", "update_seconds", "rollout_peak_memory_gb", "update_peak_memory_gb",
+    "rollout_prefill_seconds", "rollout_decode_seconds", "reference_seconds"})
 
 
 @dataclass(frozen=True)
@@ -366,9 +372,10 @@ def run_grpo_step(model, tokenizer, scorer: RewardScorer, learner: GrpoLearner, 
 
     Besides the learning figures, the record counts the groups in which a sampled answer
     won (at endgame positions the only ones that can teach closing) and says what the
-    step's time went into: answer tokens per second of the rollout, trained (answer)
-    tokens per second of the update, each one's share of the step, and the share of the
-    update's micro-batch positions that were padding. With a `guide`
+    step's time went into: answer tokens per second of the rollout, its prompt tokens and
+    seconds of prefill and its decode steps and their seconds, trained (answer) tokens per
+    second of the update, each one's share of the step, and the share of the update's
+    micro-batch positions that were padding. With a `guide`
     (`grpo.expert_in_group`) the expert's answer joins each group; how it stood against
     the samples is logged too.
     """
@@ -391,7 +398,10 @@ def run_grpo_step(model, tokenizer, scorer: RewardScorer, learner: GrpoLearner, 
                         "group_rewards": [[round(float(x), 4) for x in g.rewards.total] for g in rollout.groups]},
                        len(rollout.groups))
     rollout_seconds, update_seconds = update_start - rollout_start, update_end - update_start
+    passes = rollout.passes
     return {**stats, **figures, **(guidance_figures(kept) if guide is not None else {}),
+            "rollout_prompt_tokens": passes.prefill_tokens, "rollout_prefill_seconds": passes.prefill_seconds,
+            "rollout_decode_steps": passes.decode_steps, "rollout_decode_seconds": passes.decode_seconds,
             "informative_groups": informative,
             "dropped_fraction": 1.0 - informative / stats["groups"],
             "rollout_seconds": rollout_seconds, "update_seconds": update_seconds,

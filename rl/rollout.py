@@ -17,7 +17,8 @@ import numpy as np
 from common.knobs import knob
 from eval.harness import GameRecord
 from llm.format import Rejection, prompt_tokens
-from llm.generation import MAX_TEMPERATURE, Completion, GroupStream, SamplingSettings, shared_prefix_length
+from llm.generation import (MAX_TEMPERATURE, Completion, GroupStream, PassCounters, SamplingSettings,
+                            shared_prefix_length)
 from llm.histories import ENDGAME_CANDIDATES
 from rl.reward import COMPONENTS, GroupRewards, RewardScorer
 from sft.states import StartState
@@ -81,10 +82,12 @@ class Group:
 class Rollout:
     groups: list[Group] = field(default_factory=list)
     games: list[GameRecord] = field(default_factory=list)
+    passes: PassCounters = field(default_factory=PassCounters)  # the model passes behind the answers
 
     def extend(self, other: "Rollout") -> None:
         self.groups.extend(other.groups)
         self.games.extend(other.games)
+        self.passes.add(other.passes)
 
     def stats(self, temperature: float) -> dict[str, float | None]:
         """Reward mean/std and per component, win and invalid rates, over every answer
@@ -151,7 +154,8 @@ def play(model, tokenizer, scorer: RewardScorer, starts: list[StartState],
             if not game.over and (settings.turns == 0 or groups_of[index] < settings.turns):
                 ask(index, prompt_tokens(tokenizer, game.state, game.rejected))
     stream.close()
-    return Rollout(groups=[group for _, _, group in sorted(played, key=lambda p: p[:2])], games=games)
+    return Rollout(groups=[group for _, _, group in sorted(played, key=lambda p: p[:2])], games=games,
+                   passes=stream.passes)
 
 
 def _advance(game: GameRecord, rewards: GroupRewards, pick: int, scorer: RewardScorer, column: int) -> None:

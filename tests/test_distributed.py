@@ -31,6 +31,7 @@ from test_sft import solver_conversations, write_jsonl
 from cli import cli
 from common.errors import UserError
 from llm import distributed
+from rl.loop import TIMING_FIGURES
 from sft.checkpoint import latest_checkpoint
 from solver.setup import load_setup
 
@@ -167,10 +168,8 @@ def test_two_rank_rl_run_killed_mid_save_resumes_exactly(tmp_path, tiny_model_di
     records = metrics(whole)
     assert [(r["step"], r["phase"]) for r in records] == [(0, "heldout"), (1, "ei"), (2, "grpo"), (2, "heldout"),
                                                           (3, "ei"), (3, "heldout")]
-    timing = {"seconds", "tokens_per_s", "rollout_tokens_per_s", "update_tokens_per_s", "rollout_share",
-              "peak_memory_gb", "rollout_seconds", "update_seconds", "rollout_peak_memory_gb", "update_peak_memory_gb"}
-    assert [{k: v for k, v in r.items() if k not in timing} for r in metrics(out)] == \
-        [{k: v for k, v in r.items() if k not in timing} for r in records]
+    assert [{k: v for k, v in r.items() if k not in TIMING_FIGURES} for r in metrics(out)] == \
+        [{k: v for k, v in r.items() if k not in TIMING_FIGURES} for r in records]
     grpo = records[2]  # both ranks' games: one each per round, up to 2 rounds
     assert grpo["games"] in (2, 4) and len(grpo["group_rewards"]) == grpo["groups"]
     assert records[1]["targets"] == 2  # one position per rank

@@ -39,7 +39,7 @@ from rl.grpo import (KL_LOG_RATIO_CLAMP, KL_TOKEN_CLAMP, GrpoLearner, GrpoSettin
                      informative_groups, length_chunks, prompt_kv)
 from common.errors import UserError
 from rl.guidance import ExpertGuide, guidance_figures
-from rl.loop import PhaseOptimizers, RunRequest, run_grpo_step, run_rl
+from rl.loop import TIMING_FIGURES, PhaseOptimizers, RunRequest, run_grpo_step, run_rl
 from rl.policy import load_policy
 from rl.report import LiveView, curves, sparkline
 from rl.reward import RewardScorer
@@ -54,8 +54,6 @@ from solver.policy import expert_policy
 from solver.setup import load_setup
 
 REPO = Path(__file__).resolve().parent.parent
-TIMING = {"seconds", "tokens_per_s", "rollout_tokens_per_s", "update_tokens_per_s", "rollout_share", "peak_memory_gb",
-          "rollout_seconds", "update_seconds", "rollout_peak_memory_gb", "update_peak_memory_gb"}
 # A run small enough for the tiny model on 2 cores: EI first, so the GRPO rollouts that
 # follow depend on weights a resume must have restored; held-out evals at steps 0, 2 and 3.
 TINY_RUN = {
@@ -713,7 +711,7 @@ def reference_run(tmp_path_factory, tiny_model_dir, start_adapter):  # noqa: F81
 
 
 def deterministic(records: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if k not in TIMING} for r in records]
+    return [{k: v for k, v in r.items() if k not in TIMING_FIGURES} for r in records]
 
 
 def read_metrics(run: Path) -> list[dict]:
