@@ -53,7 +53,6 @@ from mlx_lm.tuner.lora import LoRAEmbedding, LoRALinear, LoRASwitchLinear
 from common.errors import UserError
 from common.knobs import knob
 from llm import distributed
-from llm.cpu_streams import core_streams
 from llm.generation import STOP_TEXT, Completion
 from llm.tolerance import logit_tolerance, weight_dtype
 from rl.optimizer import rl_optimizer
@@ -380,18 +379,13 @@ class GrpoLearner:
         self._prompt_grad = mx.grad(prompt_pullback)
 
     def reference_logprobs(self, batches: list[GroupBatch]) -> list[list[mx.array]]:
-        """Each group's answers' log-probs under the start (adapter off); on a CPU the groups run
-        one a core at a time (llm/cpu_streams.py)."""
-        refs = []
-        with adapter_disabled(self.model), core_streams() as streams:
-            for first in range(0, len(batches), len(streams)):
-                wave = batches[first:first + len(streams)]
-                for stream, gb in zip(streams, wave):
-                    with mx.stream(stream):
-                        kv = prompt_kv(self.model, gb.prompt)
-                        refs.append([answer_logprobs(self.model, kv, gb.prompt, c.answers, self.temperature)
-                                     for c in gb.chunks])
-                mx.eval(refs[-len(wave):])
+        with adapter_disabled(self.model):
+            refs = []
+            for gb in batches:
+                kv = prompt_kv(self.model, gb.prompt)
+                refs.append([answer_logprobs(self.model, kv, gb.prompt, c.answers, self.temperature)
+                             for c in gb.chunks])
+                mx.eval(refs[-1])
         return refs
 
     def update(self, groups: list[Group]) -> dict[str, float]:
@@ -443,65 +437,35 @@ class GrpoLearner:
         its log-probs are the sampling policy's (old = current, no separate pass), and
         they are put in `olds` for the passes that reuse the batch.
         """
+        model, settings = self.model, self.settings
         grads, sums = None, {"loss": 0.0, "kl": 0.0, "clip": 0.0}
         first = not olds
-        g = 0
-        while g < len(batches):
-            if first and len(batches[g].chunks) == 1:
-                done, grads = self._whole_groups(batches, g, refs, n_tokens, grads)
+        params = model.trainable_parameters()
+        for g, gb in enumerate(batches):
+            group_refs = refs[g] if refs is not None else [None] * len(gb.chunks)
+            if first and len(gb.chunks) == 1:
+                (part, (logp, kl, clip)), param_grad = self._group_grad(
+                    params, model, gb.prompt, gb.chunks[0], group_refs[0], settings, self.temperature, n_tokens)
+                grads = _add(grads, param_grad)
+                mx.eval(part, logp, kl, clip, grads)
+                parts = [(part, logp, kl, clip)]
             else:
-                group_grad, parts = self._chunked_group(batches[g], g, refs, olds, n_tokens, first)
-                grads = _add(grads, group_grad)
+                kv = prompt_kv(model, gb.prompt)
+                mx.eval(kv)
+                kv_grad, parts = None, []
+                for c, chunk in enumerate(gb.chunks):
+                    (part, (logp, kl, clip)), (param_grad, chunk_kv_grad) = self._chunk_grad(
+                        params, kv, model, gb.prompt, chunk, None if first else olds[(g, c)], group_refs[c],
+                        settings, self.temperature, n_tokens)
+                    grads, kv_grad = _add(grads, param_grad), _add(kv_grad, chunk_kv_grad)
+                    mx.eval(part, logp, kl, clip, grads, kv_grad)
+                    parts.append((part, logp, kl, clip))
+                grads = _add(grads, self._prompt_grad(params, model, gb.prompt, kv_grad))
                 mx.eval(grads)
-                done = [(g, parts)]
-            for index, parts in done:
-                for c, (part, logp, kl, clip) in enumerate(parts):
-                    if first:
-                        olds[(index, c)] = logp  # the sampling policy: later updates measure their ratio against it
-                    sums["loss"] += part.item()
-                    sums["kl"] += kl.item()
-                    sums["clip"] += clip.item()
-            g += len(done)
+            for c, (part, logp, kl, clip) in enumerate(parts):
+                if first:
+                    olds[(g, c)] = logp  # the sampling policy: later updates measure their ratio against it
+                sums["loss"] += part.item()
+                sums["kl"] += kl.item()
+                sums["clip"] += clip.item()
         return grads, sums
-
-    def _whole_groups(self, batches: list[GroupBatch], start: int, refs: list[list[mx.array]] | None,
-                      n_tokens: int, grads: dict | None) -> tuple[list[tuple[int, list]], dict]:
-        """From `start`, the run of groups whose answers fit one micro-batch, one a core at a time
-        on a CPU (llm/cpu_streams.py), each one graph: their (index, parts) and `grads` with their
-        gradients added, in group order."""
-        params = self.model.trainable_parameters()
-        wave = []
-        with core_streams() as streams:
-            for stream in streams:
-                g = start + len(wave)
-                if g == len(batches) or len(batches[g].chunks) != 1:
-                    break
-                gb = batches[g]
-                with mx.stream(stream):
-                    (part, (logp, kl, clip)), param_grad = self._group_grad(
-                        params, self.model, gb.prompt, gb.chunks[0], refs[g][0] if refs is not None else None,
-                        self.settings, self.temperature, n_tokens)
-                wave.append((g, (param_grad, [(part, logp, kl, clip)])))
-            mx.eval([output for _, output in wave])
-        for _, (param_grad, _) in wave:
-            grads = _add(grads, param_grad)
-        mx.eval(grads)
-        return [(g, parts) for g, (_, parts) in wave], grads
-
-    def _chunked_group(self, gb: GroupBatch, g: int, refs: list[list[mx.array]] | None,
-                       olds: dict[tuple[int, int], mx.array], n_tokens: int, first: bool) -> tuple[dict, list]:
-        """A group's gradient micro-batch by micro-batch (its prompt's keys and values run once, then
-        pulled back once): (its gradient, each micro-batch's parts)."""
-        model, params = self.model, self.model.trainable_parameters()
-        group_refs = refs[g] if refs is not None else [None] * len(gb.chunks)
-        kv = prompt_kv(model, gb.prompt)
-        mx.eval(kv)
-        grads, kv_grad, parts = None, None, []
-        for c, chunk in enumerate(gb.chunks):
-            (part, (logp, kl, clip)), (param_grad, chunk_kv_grad) = self._chunk_grad(
-                params, kv, model, gb.prompt, chunk, None if first else olds[(g, c)], group_refs[c],
-                self.settings, self.temperature, n_tokens)
-            grads, kv_grad = _add(grads, param_grad), _add(kv_grad, chunk_kv_grad)
-            mx.eval(part, logp, kl, clip, grads, kv_grad)
-            parts.append((part, logp, kl, clip))
-        return _add(grads, self._prompt_grad(params, model, gb.prompt, kv_grad)), parts

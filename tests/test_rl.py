@@ -264,7 +264,7 @@ def plain_grpo_loss(model, groups, settings: GrpoSettings, temperature: float, e
     return nn.value_and_grad(model, loss)(model), n_tokens
 
 
-@pytest.mark.parametrize("micro_batch_tokens", [10_000, 12])  # a group in one graph (a stream a core); micro-batches
+@pytest.mark.parametrize("micro_batch_tokens", [10_000, 12])  # a group in one graph; answers in micro-batches
 def test_update_gradient_equals_the_plain_computation(lora_model, setup, scorer, micro_batch_tokens):
     model, tokenizer = lora_model
     groups = [hand_made_group(tokenizer, scorer, setup, MIXED),
