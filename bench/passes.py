@@ -129,11 +129,10 @@ def main(model: str, adapter: str | None, games: int, positions: int, batch_size
     secrets = choose_secrets(setup.lists.answers, "test", games, seed) if games else []
     states, games_played = {}, {}
     head_file = head_beside(adapter)
-    loaded = None
+    network = tokenizer = loaded_fuse = None
     for way, (fuse, spread) in WAYS.items():
-        if loaded is None or fuse != loaded[2]:
-            loaded = (*load_model(model, adapter, fuse=fuse), fuse)
-        network, tokenizer = loaded[:2]
+        if fuse != loaded_fuse:  # the ways that share a model load it once
+            (network, tokenizer), loaded_fuse = load_model(model, adapter, fuse=fuse), fuse
         figures = record["ways"][way] = {}
         if positions:
             figures["head_states"], states[way] = head_states(network, tokenizer, positions, seed, spread)

@@ -24,12 +24,6 @@ from __future__ import annotations
 
 from llm.blas import ensure_fast_blas
 
-def _median(values: list) -> float | None:
-    """The median of the measured values (a rate is None where its pass did not run)."""
-    measured = [v for v in values if v is not None]
-    return statistics.median(measured) if measured else None
-
-
 if __name__ == "__main__":
     ensure_fast_blas()  # before mlx loads
 

@@ -35,15 +35,16 @@ def core_streams(spread: bool = True) -> Iterator[list[mx.Stream]]:
 
     Results are the same as on one stream up to float rounding (a matmul on one thread may add
     in another order than on several)."""
-    if not spread or mx.default_device().type != mx.cpu or core_count() < 2:
+    cores = core_count()
+    if not spread or mx.default_device().type != mx.cpu or cores < 2:
         yield [mx.default_stream(mx.default_device())]
         return
-    while len(_streams) < core_count():
+    while len(_streams) < cores:
         _streams.append(mx.new_stream(mx.cpu))
     threads = blas_threads()
     set_blas_threads(1)
     try:
-        yield _streams[:core_count()]
+        yield _streams[:cores]
     finally:
         if threads is not None:
             set_blas_threads(threads)
