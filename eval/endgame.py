@@ -22,12 +22,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import mlx.core as mx
 import numpy as np
 
 from eval.validation import evaluating
 from llm.format import ALREADY_GUESSED, Rejection, parse_answer, prompt_tokens
-from llm.generation import SamplingSettings, sample
+from llm.generation import SamplingSettings, answer_seed, sample
 from llm.histories import (DEFAULT_OFF_POLICY, DEFAULT_REJECTED, ENDGAME_CANDIDATES, ENDGAME_TRIES,
                            endgame_history, sample_rejections)
 from common.errors import UserError
@@ -125,13 +124,13 @@ def answered_positions(setup: Setup, result: dict) -> list[tuple[EndgamePosition
 def answer_positions(model, tokenizer, positions: list[EndgamePosition], sampling: SamplingSettings, seed: int,
                      batch_size: int = 32, show_progress: bool = False,
                      steer: Callable[[EndgamePosition], Callable] | None = None) -> list[dict]:
-    """One sampled answer at each position (mlx seeded with `seed`), as per-position records;
-    `steer` gives each position's answer a logits processor.
+    """One sampled answer at each position, as per-position records; `steer` gives each
+    position's answer a logits processor. Position i's answer draws from `answer_seed(seed, i)`:
+    the same answers at any batch size.
 
     Positions go to the generator `CHUNK_BATCHES` batches at a time, so progress shows
-    while the answers are written; the chunking is fixed, so a seed gives the same answers.
+    while the answers are written.
     """
-    mx.random.seed(seed)
     records: list[dict] = []
     step = CHUNK_BATCHES * batch_size
     with progress_bar("positions", disable=not show_progress) as progress:
@@ -140,7 +139,8 @@ def answer_positions(model, tokenizer, positions: list[EndgamePosition], samplin
             chunk = positions[start:start + step]
             prompts = [prompt_tokens(tokenizer, p.state, p.rejected) for p in chunk]
             processors = [steer(p) for p in chunk] if steer else None
-            completions = sample(model, tokenizer, prompts, 1, sampling, batch_size, processors)
+            seeds = [answer_seed(seed, start + i) for i in range(len(chunk))]
+            completions = sample(model, tokenizer, prompts, 1, sampling, batch_size, processors, seeds=seeds)
             records.extend(position_record(p, c.text) for p, (c,) in zip(chunk, completions))
             progress.advance(task, len(chunk))
     return records

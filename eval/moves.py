@@ -15,11 +15,49 @@ from solver.state import GameState
 
 
 class Player(Protocol):
+    """A player that answers a batch of positions at once (the solver, scripted players)."""
+
     name: str
 
     def moves(self, states: list[GameState], rejected: list[tuple[Rejection, ...]]) -> list[Move]:
         """One move for each (unfinished) game, in the same order; `rejected` holds each
         game's answers refused since its last played guess."""
+
+
+class StreamingPlayer(Protocol):
+    """A player asked for each game's next move as soon as its last one is played, by the game's
+    number (a language model draws each answer's tokens from the game and the answer's number)."""
+
+    name: str
+
+    def submit(self, game: int, state: GameState, rejected: tuple[Rejection, ...]) -> None:
+        """Ask for game number `game`'s next move; `rejected`: its answers refused since its last
+        played guess."""
+
+    def finished(self) -> list[tuple[int, Move]]:
+        """(game, move) of the asked moves that are ready: at least one while any is open."""
+
+
+class InRounds:
+    """A batch `Player` as a `StreamingPlayer`: the moves asked since the last `finished` are
+    answered together, one batch a round."""
+
+    def __init__(self, player: Player) -> None:
+        self.player, self.name = player, player.name
+        self._asked: list[tuple[int, GameState, tuple[Rejection, ...]]] = []
+
+    def submit(self, game: int, state: GameState, rejected: tuple[Rejection, ...]) -> None:
+        self._asked.append((game, state, rejected))
+
+    def finished(self) -> list[tuple[int, Move]]:
+        asked, self._asked = self._asked, []
+        moves = self.player.moves([state for _, state, _ in asked], [rejected for _, _, rejected in asked])
+        return [(game, move) for (game, _, _), move in zip(asked, moves)]
+
+
+def streaming(player: Player | StreamingPlayer) -> StreamingPlayer:
+    """`player` itself when it streams, else its moves in rounds."""
+    return player if hasattr(player, "submit") else InRounds(player)
 
 
 class SolverPlayer:

@@ -2,10 +2,15 @@
 
 Eval asks for one answer per game; RL asks for a group of answers per position.
 `GroupStream` is the one engine: continuous batching of groups that callers submit
-while others generate (RL rollouts put a game's next position into the running
-batch); `sample` is a single batch of prompts through it. The system message every
-prompt opens with is prefilled once; for a group, the prompt is prefilled once and
-its KV cache shared by every member, so prefill work does not grow with the group size.
+while others generate (eval puts a game's next turn, RL rollouts a game's next position
+into the running batch); `sample` is a single batch of prompts through it. The system
+message every prompt opens with is prefilled once; for a group, the prompt is prefilled
+once and its KV cache shared by every member, so prefill work does not grow with the
+group size.
+
+Every answer draws its tokens from random keys of its own (`AnswerSampler`), never from
+one draw over the whole batch: which answers share a batch, in what order and how many,
+changes no answer (only float rounding of the rows' logits could, and has not been seen to).
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 import mlx.core as mx
+import numpy as np
 from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.models.cache import KVCache, make_prompt_cache
-from mlx_lm.sample_utils import make_sampler
+from mlx_lm.sample_utils import apply_top_p
 
 STOP_TEXT = "</guess>"
 MAX_TEMPERATURE = 10.0
@@ -32,6 +38,37 @@ class SamplingSettings:
     temperature: float = 0.7
     top_p: float = 1.0
     max_tokens: int = 160  # the longest solver answer is ~130 tokens; a cut answer counts as malformed
+
+
+def answer_seed(*parts: int) -> int:
+    """A 64-bit seed mixed from non-negative `parts` (an eval's seed, a game, its answer number):
+    any two distinct part lists give unrelated seeds."""
+    # The count first: SeedSequence reads [5, 0] and [5, 0, 0] as one entropy.
+    return int(np.random.SeedSequence([len(parts), *parts]).generate_state(1, np.uint64)[0])
+
+
+class AnswerSampler:
+    """One answer's sampler: its t-th token is drawn with the t-th key split from the answer's
+    seed, so the answer is the same whatever shares its batch (one draw over a batch gives each
+    row other numbers when the rows change: an eval's games depended on its batch size).
+
+    mlx-lm's batch generator calls it on the answer's own row; it draws one token a call
+    (and one more, discarded, past the answer's end: the generator samples a step ahead)."""
+
+    def __init__(self, settings: SamplingSettings, seed: int) -> None:
+        self.settings = settings
+        greedy = settings.temperature == 0
+        self._keys = None if greedy else mx.random.split(mx.random.key(seed), settings.max_tokens + 1)
+        self._drawn = 0
+
+    def __call__(self, logprobs: mx.array) -> mx.array:
+        if self._keys is None:
+            return mx.argmax(logprobs, axis=-1)
+        if 0 < self.settings.top_p < 1:
+            logprobs = apply_top_p(logprobs, self.settings.top_p)
+        key = self._keys[min(self._drawn, self._keys.shape[0] - 1)]
+        self._drawn += 1
+        return mx.random.categorical(logprobs * (1.0 / self.settings.temperature), key=key)
 
 
 @dataclass
@@ -128,8 +165,10 @@ class GroupStream:
     are not kept for a game's next turn: merged with others of other lengths they pad every wave,
     and eval ran no faster, results/passes/.)
 
-    Seed with `mx.random.seed` beforehand: the same submissions in the same order give
-    the same answers.
+    Each submission's answers draw from keys of their own (`AnswerSampler`): from the
+    `seed` the caller gives it, else from one drawn of mlx's global generator at the first
+    such submission and the submission's number (seed with `mx.random.seed` beforehand: the
+    same submissions in the same order give the same answers).
     """
 
     def __init__(self, model, tokenizer, settings: SamplingSettings = SamplingSettings(), batch_size: int = 32,
@@ -141,9 +180,7 @@ class GroupStream:
         time took more (1.32 against 1.22 GB)."""
         self.model, self.tokenizer, self.settings = model, tokenizer, settings
         self._stops = stop_sequences(tokenizer)
-        self._generator = BatchGenerator(model, stop_tokens=None,
-                                         sampler=make_sampler(temp=settings.temperature, top_p=settings.top_p),
-                                         completion_batch_size=batch_size,
+        self._generator = BatchGenerator(model, stop_tokens=None, completion_batch_size=batch_size,
                                          prefill_batch_size=min(join_size or 8, batch_size))
         self.passes = PassCounters()
         prefix = list(prefix or [])
@@ -154,15 +191,24 @@ class GroupStream:
         self._tokens: dict[int, list[int]] = {}
         self._reasons: dict[int, str] = {}
         self._next_id = 0
+        self._seed: int | None = None  # for submissions given none: drawn of mlx's generator at the first
 
     def __len__(self) -> int:
         """Groups submitted and not yet returned."""
         return len(self._members)
 
-    def submit(self, prompt: list[int], group_size: int = 1, processor: Callable | None = None) -> int:
-        """Queue `group_size` answers to `prompt` (a logits `processor` steers a group of one); its group id."""
+    def submit(self, prompt: list[int], group_size: int = 1, processor: Callable | None = None,
+               seed: int | None = None) -> int:
+        """Queue `group_size` answers to `prompt` (a logits `processor` steers a group of one); its
+        group id. Member m's tokens are drawn from `answer_seed(seed, m)` (`seed`: the stream's own
+        and this submission's number when None)."""
         if processor is not None and group_size != 1:
             raise ValueError("a logits processor steers one answer: use group_size 1")
+        group = self._next_id
+        if seed is None:
+            if self._seed is None:
+                self._seed = int(mx.random.randint(0, 2**31 - 1).item())
+            seed = answer_seed(self._seed, group)
         start, base = self._prefix_cache(prompt)
         if group_size > 1:
             cache = self._prefill(prompt[start:-1], base)
@@ -170,10 +216,10 @@ class GroupStream:
             prompts, caches = [prompt[-1:]] * group_size, [cache] * group_size
         else:
             prompts, caches = [prompt[start:]], [base]
+        samplers = [AnswerSampler(self.settings, answer_seed(seed, member)) for member in range(group_size)]
         uids = self._generator.insert(prompts, [self.settings.max_tokens] * group_size, caches=caches,
-                                      stop_sequences=[self._stops] * group_size,
+                                      samplers=samplers, stop_sequences=[self._stops] * group_size,
                                       logits_processors=[[processor]] if processor else None)
-        group = self._next_id
         self._next_id += 1
         self._members[group] = uids
         for uid in uids:
@@ -248,19 +294,21 @@ def _common_length(a: list[int], b: list[int], limit: int) -> int:
 
 def sample(model, tokenizer, prompts: list[list[int]], group_size: int = 1,
            settings: SamplingSettings = SamplingSettings(), batch_size: int = 32,
-           processors: list[Callable] | None = None, passes: PassCounters | None = None) -> list[list[Completion]]:
+           processors: list[Callable] | None = None, passes: PassCounters | None = None,
+           seeds: list[int] | None = None) -> list[list[Completion]]:
     """`group_size` completions for each prompt, in prompt order; `processors` (one logits
     processor per prompt, group size 1) steer each prompt's tokens; `passes`, when given, adds
-    up the model passes behind them.
+    up the model passes behind them; `seeds` (one per prompt) seed each prompt's answers, which
+    then do not depend on the other prompts or the batch size.
 
-    Seed with `mx.random.seed` beforehand for reproducible samples.
+    Without `seeds`, seed with `mx.random.seed` beforehand for reproducible samples.
     """
     if not prompts:
         return []
     # Every prompt opens with the same system message: its KV cache is computed once.
     stream = GroupStream(model, tokenizer, settings, batch_size, prompts[0][:shared_prefix_length(prompts)],
                          join_size=batch_size if group_size > 1 else None)
-    ids = [stream.submit(prompt, group_size, processors[i] if processors else None)
+    ids = [stream.submit(prompt, group_size, processors[i] if processors else None, seeds[i] if seeds else None)
            for i, prompt in enumerate(prompts)]
     answers: dict[int, list[Completion]] = {}
     while stream:

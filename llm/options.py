@@ -28,7 +28,7 @@ def model_options(f: Callable) -> Callable:
         click.option("--max-tokens", type=click.IntRange(8), default=DEFAULTS.max_tokens, show_default=True,
                      help="Longest answer generated per guess."),
         click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True,
-                     help="Games generated for at once."),
+                     help="Answers generated at once (the games played do not depend on it)."),
         dtype_option,
     )):
         f = decorator(f)

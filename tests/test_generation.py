@@ -11,7 +11,7 @@ from mlx_lm import stream_generate
 from mlx_lm.sample_utils import make_sampler
 
 from llm.format import prompt_tokens
-from llm.generation import GroupStream, SamplingSettings, _prefill, sample, shared_prefix_length
+from llm.generation import GroupStream, SamplingSettings, _prefill, answer_seed, sample, shared_prefix_length
 from llm.loading import load_model
 from solver.feedback import feedback
 from solver.setup import load_setup
@@ -89,6 +89,29 @@ def test_group_members_sample_independently(tiny_model_dir: Path) -> None:  # no
     mx.random.seed(0)
     (group,) = sample(model, tokenizer, _prompts(tokenizer)[1:2], 6, SamplingSettings(temperature=1.0, max_tokens=12))
     assert len({c.tokens for c in group}) > 1
+
+
+def test_a_sampled_answer_is_the_same_whatever_shares_its_batch(tiny_model_dir: Path) -> None:  # noqa: F811
+    """Each answer draws from its own keys: alone, or joining a batch of others at another
+    moment, an answer given the same seed samples the same tokens; another seed, others."""
+    model, tokenizer = load_model(str(tiny_model_dir))
+    prompts = _prompts(tokenizer)
+    warm = SamplingSettings(temperature=1.0, max_tokens=12)
+
+    def answers(order: list[int], batch_size: int) -> dict[int, tuple[int, ...]]:
+        stream = GroupStream(model, tokenizer, warm, batch_size=batch_size, prefix=prompts[0][:50])
+        asked = {stream.submit(prompts[i % 3], 1, seed=answer_seed(5, i)): i for i in order}
+        got = {}
+        while stream:
+            for group, (completion,) in stream.finished():
+                got[asked[group]] = completion.tokens
+        return got
+
+    alone = {i: answers([i], 1)[i] for i in range(6)}
+    assert answers([5, 4, 3, 2, 1, 0], 6) == alone
+    assert answers(list(range(6)), 2) == alone
+    assert len({alone[0], alone[3]}) == 2  # the same prompt, another seed
+    assert len({answer_seed(5, 0), answer_seed(5, 1), answer_seed(0, 5), answer_seed(5, 0, 0)}) == 4
 
 
 def test_prompts_joining_a_running_batch_get_the_answers_they_would_alone(tiny_model_dir: Path) -> None:  # noqa: F811

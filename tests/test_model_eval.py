@@ -7,7 +7,7 @@ from click.testing import CliRunner
 from tiny_model import cached_tiny_model
 
 from cli import cli
-from eval.harness import MAX_INVALID_IN_A_ROW, evaluate
+from eval.harness import MAX_INVALID_IN_A_ROW, evaluate, play_games
 from eval.splits import held_out, is_held_out
 from llm.format import (NO_TAGS, NOT_ALLOWED, NOT_FIVE_LETTERS, Move, Rejection, format_answer, parse_answer,
                         render_state)
@@ -118,6 +118,23 @@ def test_tiny_model_plays_batched_games_with_distinct_secrets(tiny, setup):
         assert game.over and not game.state.won
         assert len(game.moves) == 3 and all(m.text is not None for m in game.moves)
     assert summary["games"] == 8 and summary["wins"] == 0 and summary["format_valid_rate"] == 0.0
+
+
+def test_model_games_do_not_depend_on_the_batch_or_the_other_games(tiny, setup):
+    """A game's answers draw from its own keys (seed, game, answer): the same games at batch sizes
+    8 and 3, and a game played among others or alone, give the same records; another seed others."""
+    model, tokenizer = load_model(str(tiny))
+    secrets = held_out(setup.lists.answers)[:6]
+    warm = SamplingSettings(temperature=1.0, max_tokens=16)
+
+    def games(batch_size: int, seed: int = 0, chosen: list[str] = secrets) -> list[dict]:
+        player = ModelPlayer(model, tokenizer, "tiny", warm, seed=seed, batch_size=batch_size)
+        return [g.to_json() for g in play_games(player, setup, chosen, show_progress=False)]
+
+    wide = games(8)
+    assert games(3) == wide
+    assert games(1, chosen=secrets[:1]) == wide[:1]
+    assert games(8, seed=1) != wide
 
 
 def test_eval_model_cli_json_and_heldout(tiny, tmp_path):
