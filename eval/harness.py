@@ -1,7 +1,7 @@
 """The one place that plays games for scoring.
 
 Each unfinished game asks the player for its next move, by the game's number, as soon as its
-last one is played (eval/moves.py `StreamingPlayer`); a language model answers every open game
+last one is played (eval/moves.py `GamePlayer`); a language model answers every open game
 in one batched generation a round, as a player of batches does (`InRounds`). An
 answer that does not parse, is not an accepted word, or repeats a guess is counted
 and not played, and the next prompt names it; three such answers in a row lose the game.
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from common.progress import progress_bar
-from eval.moves import Player, StreamingPlayer, streaming
+from eval.moves import GamePlayer, Player, by_game
 from llm.format import ALREADY_GUESSED as REPEAT
 from llm.format import FORMAT_FAILURES, Move, Rejection
 from llm.format import NOT_ALLOWED as INVALID_WORD
@@ -86,29 +86,29 @@ class RegretMeter:
         return max(0.0, best_bits - bits), max(0.0, expected - best_expected)
 
 
-def play_games(player: Player | StreamingPlayer, setup: Setup, secrets: list[str], measure_moves: bool = True,
+def play_games(player: Player | GamePlayer, setup: Setup, secrets: list[str], measure_moves: bool = True,
                show_progress: bool = True) -> list[GameRecord]:
     """Play one game per secret (game i is `secrets[i]`); returns the records in the order of `secrets`."""
     columns = setup.lists.secrets(setup.secret_kind)
     index = {w: i for i, w in enumerate(columns)}
     games = [GameRecord(secret, setup.start) for secret in secrets]
     meter = RegretMeter(setup) if measure_moves else None
-    stream = streaming(player)
+    per_game = by_game(player)
     progress = progress_bar("games", disable=not show_progress)
     with progress:
         task = progress.add_task(f"{player.name}", total=len(games))
         for number, game in enumerate(games):
-            stream.submit(number, game.state, game.rejected)
+            per_game.submit(number, game.state, game.rejected)
         open_games = len(games)
         while open_games:
-            for number, move in stream.finished():
+            for number, move in per_game.finished():
                 game = games[number]
                 _apply(game, move, setup, index[game.secret], meter)
                 if game.over:
                     open_games -= 1
                     progress.advance(task)
                 else:
-                    stream.submit(number, game.state, game.rejected)
+                    per_game.submit(number, game.state, game.rejected)
     return games
 
 
@@ -227,7 +227,7 @@ def where_lost(games: list[GameRecord]) -> dict:
             "closed_from_one_left": int(closed)}
 
 
-def evaluate(player: Player | StreamingPlayer, setup: Setup, secrets: list[str], measure_moves: bool = True,
+def evaluate(player: Player | GamePlayer, setup: Setup, secrets: list[str], measure_moves: bool = True,
              show_progress: bool = True, setup_seconds: float = 0.0) -> tuple[dict, list[GameRecord]]:
     start = time.perf_counter()
     games = play_games(player, setup, secrets, measure_moves, show_progress)

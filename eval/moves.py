@@ -24,9 +24,10 @@ class Player(Protocol):
         game's answers refused since its last played guess."""
 
 
-class StreamingPlayer(Protocol):
-    """A player asked for each game's next move as soon as its last one is played, by the game's
-    number (a language model draws each answer's tokens from the game and the answer's number)."""
+class GamePlayer(Protocol):
+    """A player asked for each game's next move, by the game's number, as soon as its last one is
+    played (a language model draws each answer's tokens from the game and the answer's number);
+    it may answer the open games together or each as it is ready."""
 
     name: str
 
@@ -39,7 +40,7 @@ class StreamingPlayer(Protocol):
 
 
 class InRounds:
-    """A batch `Player` as a `StreamingPlayer`: the moves asked since the last `finished` are
+    """A batch `Player` as a `GamePlayer`: the moves asked since the last `finished` are
     answered together, one batch a round."""
 
     def __init__(self, player: Player) -> None:
@@ -55,8 +56,8 @@ class InRounds:
         return [(game, move) for (game, _, _), move in zip(asked, moves)]
 
 
-def streaming(player: Player | StreamingPlayer) -> StreamingPlayer:
-    """`player` itself when it streams, else its moves in rounds."""
+def by_game(player: Player | GamePlayer) -> GamePlayer:
+    """`player` itself when it takes moves game by game, else its batches of moves in rounds."""
     return player if hasattr(player, "submit") else InRounds(player)
 
 

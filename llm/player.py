@@ -16,7 +16,7 @@ Steer = Callable[[GameState, tuple[Rejection, ...]], Callable[[mx.array, mx.arra
 
 
 class ModelPlayer:
-    """Plays with the model's own answers (eval/moves.py `StreamingPlayer`); with `guess_words`,
+    """Plays with the model's own answers (eval/moves.py `GamePlayer`); with `guess_words`,
     the guess tag is decoded within those words (minus the game's guesses and refusals:
     llm/guess_constraint.py); with `steer`, each answer gets the logits processor it makes of the
     game and its refusals.
