@@ -134,3 +134,22 @@ def test_prompts_joining_a_running_batch_get_the_answers_they_would_alone(tiny_m
     assert got == {0: [expected[0]] * 3, 1: [expected[1]] * 2, 2: [expected[2]]}
     assert stream.passes.answer_tokens == sum(len(t) for answers in got.values() for t in answers)
     assert stream.finished() == []
+
+
+def test_an_answer_sampler_draws_greedy_nucleus_and_seeded_tokens() -> None:
+    """Temperature 0 takes the top token; top-p keeps only the nucleus; one seed draws the same
+    tokens call by call, another seed other tokens, and the draws follow the probabilities."""
+    from llm.generation import AnswerSampler
+
+    logprobs = mx.log(mx.array([[0.6, 0.3, 0.1]]))
+    assert AnswerSampler(SamplingSettings(temperature=0.0), 1)(logprobs).item() == 0
+    nucleus = AnswerSampler(SamplingSettings(temperature=1.0, top_p=0.5, max_tokens=50), 1)
+    assert {nucleus(logprobs).item() for _ in range(50)} == {0}
+
+    def draws(seed: int) -> list[int]:
+        sampler = AnswerSampler(SamplingSettings(temperature=1.0, max_tokens=400), seed)
+        return [sampler(logprobs).item() for _ in range(400)]
+
+    first = draws(7)
+    assert draws(7) == first and draws(8) != first
+    assert abs(first.count(0) / 400 - 0.6) < 0.08 and abs(first.count(2) / 400 - 0.1) < 0.05
