@@ -3,10 +3,11 @@
 SFT and RL call one `HeldOutEval` every few steps with the model they are training.
 The secrets come from the validation third of the held-out words (eval/splits.py), so
 choosing a checkpoint by these games never looks at the test words. The player
-reseeds mlx with the eval's own seed, so the same weights play the same games: a
-change in the figures is a change in the model, not in the dice. Training's random
-key and the model's train/eval mode are put back afterwards, so a run with evals
-trains exactly as one without them would.
+draws each answer from the eval's own seed, the game and the answer's number
+(llm/player.py), so the same weights play the same games: a change in the figures is
+a change in the model, not in the dice. Training's random key and the model's
+train/eval mode are put back afterwards, so a run with evals trains exactly as one
+without them would.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class HeldOutEval:
 def evaluating(model):
     """The model in eval mode with its own dice for the block; training's mode and mlx key put
     back afterwards, so a run with held-out evals trains exactly as one without them."""
-    key = mx.array(mx.random.state[0])  # the players reseed mlx
+    key = mx.array(mx.random.state[0])  # the players draw none of it; whatever else the block draws is undone
     training = model.training
     model.eval()
     try:
