@@ -2,8 +2,8 @@
 
 Eval asks for one answer per game; RL asks for a group of answers per position.
 `GroupStream` is the one engine: continuous batching of groups that callers submit
-while others generate (eval puts a game's next turn, RL rollouts a game's next position
-into the running batch); `sample` is a single batch of prompts through it. The system
+while others generate (eval submits each round's turns to one stream, RL rollouts put a
+game's next position into the running batch); `sample` is a single batch of prompts through it. The system
 message every prompt opens with is prefilled once; for a group, the prompt is prefilled
 once and its KV cache shared by every member, so prefill work does not grow with the
 group size.
