@@ -159,8 +159,10 @@ def heldout_curves(records: list[dict], prefix: str) -> dict[str, dict[str, list
 def heldout_note(records: list[dict]) -> str:
     """How the held-out evals played ("32 held-out games at temperature 0.7"), or "" without any."""
     prefix = PREFIX if is_rl(records) else SFT_PREFIX
-    played = {(r[prefix + "games"], str(r.get(prefix + "temperature", "?"))) for r in records if prefix + "games" in r}
-    answered = {(r[prefix + ENDGAME + "positions"], str(r.get(prefix + ENDGAME + "temperature", "?")))
+    # As text: a hand-edited or damaged metrics file may hold any JSON there (a list is unhashable).
+    played = {(str(r[prefix + "games"]), str(r.get(prefix + "temperature", "?"))) for r in records
+              if prefix + "games" in r}
+    answered = {(str(r[prefix + ENDGAME + "positions"]), str(r.get(prefix + ENDGAME + "temperature", "?")))
                 for r in records if prefix + ENDGAME + "positions" in r}
     return "; ".join([f"{games} held-out games at temperature {temperature}" for games, temperature in sorted(played)]
                      + [f"{count} held-out endgame positions at temperature {temperature}"

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cli import cli
@@ -123,6 +123,7 @@ def test_rl_config_contents(content, name):
     {"step": JSON_VALUE}, optional={"phase": JSON_VALUE, "loss": JSON_VALUE, "reward_mean": JSON_VALUE,
                                     "games": JSON_VALUE, "wins": JSON_VALUE, "heldout_games": JSON_VALUE,
                                     "heldout_wins": JSON_VALUE}).map(json.dumps).map(str.encode)), max_size=4))
+@example([b'{"step": 0, "heldout_games": []}'])  # found by this test: a list where a count belongs
 def test_report_metrics_contents(lines):
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "metrics.jsonl").write_bytes(b"\n".join(lines))
