@@ -9,10 +9,11 @@ Head states: the naming states of `--positions` training positions (`rl/naming_h
 opening every context shares run once): seconds and tokens per position.
 
 Each is measured with the adapter kept as mlx-lm's LoRA layers (`adapter_layers`) and folded into
-the weights (`fused`, what eval and the head load); head states also as the product computes them,
-fused and one context a core on a stream of its own (`fused_core_streams`, llm/cpu_streams.py; eval
-runs on one stream). The speed-ups of each way over the one before it and over the first, the
-largest difference between ways' states and how many games' records are identical.
+the weights (`fused`, what eval and the head load), and as the product computes them, fused and
+one context a core on a stream of its own (`fused_core_streams`, llm/cpu_streams.py: head states'
+contexts, eval's prompts before their answers are decoded). The speed-ups of each way over the one
+before it and over the first, the largest difference between ways' states and, for each pair of
+ways, how many games' records are identical (every game's record is in the JSON).
 
 Matmul rate: `doctor`'s figure next to what the passes reach, 2 x weights x tokens / seconds
 (a prefill does not run the output layer; a decode step does).
@@ -41,9 +42,8 @@ from llm.generation import PassCounters, SamplingSettings
 
 
 # How a pass runs: the adapter folded into the weights (`load_model(..., fuse=)`), and head states
-# spread over one stream a core (`naming_states(..., spread=)`); eval is measured in EVAL_WAYS.
+# and eval's prompts spread over one stream a core (`naming_states(..., spread=)`, `ModelPlayer(spread=)`).
 WAYS = {"adapter_layers": (False, False), "fused": (True, False), "fused_core_streams": (True, True)}
-EVAL_WAYS = ("adapter_layers", "fused")
 
 
 def weight_counts(model) -> tuple[int, int]:
@@ -56,13 +56,15 @@ def weight_counts(model) -> tuple[int, int]:
     return total - embedding, total
 
 
-def play(model, tokenizer, secrets: list[str], seed: int, batch_size: int, steer) -> tuple[dict, list, PassCounters]:
+def play(model, tokenizer, secrets: list[str], seed: int, batch_size: int, steer,
+         spread: bool) -> tuple[dict, list, PassCounters]:
     from eval.harness import evaluate
     from llm.player import ModelPlayer
     from solver.setup import load_setup
 
     setup = load_setup("answers")
-    player = ModelPlayer(model, tokenizer, "bench", SamplingSettings(0.7), seed, batch_size, steer=steer)
+    player = ModelPlayer(model, tokenizer, "bench", SamplingSettings(0.7), seed, batch_size, steer=steer,
+                          spread=spread)
     summary, records = evaluate(player, setup, secrets, show_progress=False)
     return summary, [r.to_json() for r in records], player.passes
 
@@ -137,15 +139,17 @@ def main(model: str, adapter: str | None, games: int, positions: int, batch_size
         if positions:
             figures["head_states"], states[way] = head_states(network, tokenizer, positions, seed, spread)
             click.echo(json.dumps({way: figures["head_states"]}))
-        if games and way in EVAL_WAYS:
+        if games:
             player_model, steer = network, None
             if head_file:
                 player_model, steer = steered_model(network, tokenizer, NamingHead.load(head_file), setup.lists.allowed,
                                                     setup.start.secret_words)
-            summary, games_played[way], passes = play(player_model, tokenizer, secrets, seed, batch_size, steer)
+            summary, games_played[way], passes = play(player_model, tokenizer, secrets, seed, batch_size, steer,
+                                                        spread)
             figures["eval"] = {"games": games, "seed": seed, "temperature": 0.7, "head": bool(steer),
                                **pass_figures(summary, passes, weight_counts(network))}
             click.echo(json.dumps({way: figures["eval"]}))
+            figures["eval"]["per_game"] = games_played[way]
     first, *later = WAYS
 
     def speedups(part: str, figure: str, ways: list[str]) -> dict[str, float]:
@@ -158,8 +162,10 @@ def main(model: str, adapter: str | None, games: int, positions: int, batch_size
         record["head_states_speedup"] = speedups("head_states", "s_per_position", list(WAYS))
         record["states_max_abs_difference"] = {way: float(np.abs(states[first] - states[way]).max()) for way in later}
     if games:
-        record["eval_speedup"] = speedups("eval", "seconds", list(EVAL_WAYS))
-        record["games_identical"] = sum(a == b for a, b in zip(*(games_played[way] for way in EVAL_WAYS)))
+        record["eval_speedup"] = speedups("eval", "seconds", list(WAYS))
+        record["games_identical"] = {f"{after}_and_{before}": sum(a == b for a, b in zip(games_played[before],
+                                                                                           games_played[after]))
+                                     for i, before in enumerate(WAYS) for after in list(WAYS)[i + 1:]}
     click.echo(json.dumps({k: v for k, v in record.items() if k != "ways"}))
     if json_path:
         atomic_write_json(json_path, record)

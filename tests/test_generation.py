@@ -72,6 +72,7 @@ def test_caches_continued_from_a_short_shared_prefix_keep_their_own_prompts(tiny
     # A stream continues a new prompt from the longest prefix it knows: here the first group's prompt.
     stream = GroupStream(model, tokenizer, GREEDY, prefix=prefix)
     stream.submit(prefix + tails[0], 2)
+    stream._start_pending()  # a submitted prompt is prefilled when the stream next generates
     later = prefix + tails[0][:30] + [7, 8]
     length, remembered = stream._prefix_cache(later)
     stream.close()
@@ -93,13 +94,14 @@ def test_group_members_sample_independently(tiny_model_dir: Path) -> None:  # no
 
 def test_a_sampled_answer_is_the_same_whatever_shares_its_batch(tiny_model_dir: Path) -> None:  # noqa: F811
     """Each answer draws from its own keys: alone, or joining a batch of others at another
-    moment, an answer given the same seed samples the same tokens; another seed, others."""
+    moment, an answer given the same seed samples the same tokens; another seed, others. Prompts
+    prefilled one a core (`spread`, on a CPU of several cores) or by mlx-lm in batches: the same."""
     model, tokenizer = load_model(str(tiny_model_dir))
     prompts = _prompts(tokenizer)
     warm = SamplingSettings(temperature=1.0, max_tokens=12)
 
-    def answers(order: list[int], batch_size: int) -> dict[int, tuple[int, ...]]:
-        stream = GroupStream(model, tokenizer, warm, batch_size=batch_size, prefix=prompts[0][:50])
+    def answers(order: list[int], batch_size: int, spread: bool = True) -> dict[int, tuple[int, ...]]:
+        stream = GroupStream(model, tokenizer, warm, batch_size=batch_size, prefix=prompts[0][:50], spread=spread)
         asked = {stream.submit(prompts[i % 3], 1, seed=answer_seed(5, i)): i for i in order}
         got = {}
         while stream:
@@ -110,6 +112,7 @@ def test_a_sampled_answer_is_the_same_whatever_shares_its_batch(tiny_model_dir: 
     alone = {i: answers([i], 1)[i] for i in range(6)}
     assert answers([5, 4, 3, 2, 1, 0], 6) == alone
     assert answers(list(range(6)), 2) == alone
+    assert answers(list(range(6)), 6, spread=False) == alone
     assert len({alone[0], alone[3]}) == 2  # the same prompt, another seed
     assert len({answer_seed(5, 0), answer_seed(5, 1), answer_seed(0, 5), answer_seed(5, 0, 0)}) == 4
 
