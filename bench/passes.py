@@ -9,11 +9,12 @@ Head states: the naming states of `--positions` training positions (`rl/naming_h
 opening every context shares run once): seconds and tokens per position.
 
 Each is measured with the adapter kept as mlx-lm's LoRA layers (`adapter_layers`) and folded into
-the weights (`fused`, what eval and the head load), and as the product computes them, fused and
-one context a core on a stream of its own (`fused_core_streams`, llm/cpu_streams.py: head states'
-contexts, eval's prompts before their answers are decoded). The speed-ups of each way over the one
-before it and over the first, the largest difference between ways' states and, for each pair of
-ways, how many games' records are identical (every game's record is in the JSON).
+the weights (`fused`, what eval and the head load), fused and one context a core on a stream of its
+own (`fused_core_streams`, llm/cpu_streams.py: head states' contexts, eval's prompts before their
+answers are decoded), and that with the attention's and SwiGLU's exp many lanes at once
+(`fused_core_streams_vector_exp`, llm/vector_exp.py: what the product runs). The speed-ups of
+each way over each one before it, the largest difference between ways' states and, for each pair
+of ways, how many games' records are identical (every game's record is in the JSON).
 
 Matmul rate: `doctor`'s figure next to what the passes reach, 2 x weights x tokens / seconds
 (a prefill does not run the output layer; a decode step does).
@@ -41,9 +42,11 @@ from common.fileio import atomic_write_json
 from llm.generation import PassCounters, SamplingSettings
 
 
-# How a pass runs: the adapter folded into the weights (`load_model(..., fuse=)`), and head states
-# and eval's prompts spread over one stream a core (`naming_states(..., spread=)`, `ModelPlayer(spread=)`).
-WAYS = {"adapter_layers": (False, False), "fused": (True, False), "fused_core_streams": (True, True)}
+# How a pass runs: the adapter folded into the weights (`load_model(..., fuse=)`), head states
+# and eval's prompts spread over one stream a core (`naming_states(..., spread=)`, `ModelPlayer(spread=)`),
+# and exp many lanes at once (`vector_exp(model, enabled)`).
+WAYS = {"adapter_layers": (False, False, False), "fused": (True, False, False),
+        "fused_core_streams": (True, True, False), "fused_core_streams_vector_exp": (True, True, True)}
 
 
 def weight_counts(model) -> tuple[int, int]:
@@ -57,14 +60,14 @@ def weight_counts(model) -> tuple[int, int]:
 
 
 def play(model, tokenizer, secrets: list[str], seed: int, batch_size: int, steer,
-         spread: bool) -> tuple[dict, list, PassCounters]:
+         spread: bool, vector: bool) -> tuple[dict, list, PassCounters]:
     from eval.harness import evaluate
     from llm.player import ModelPlayer
     from solver.setup import load_setup
 
     setup = load_setup("answers")
     player = ModelPlayer(model, tokenizer, "bench", SamplingSettings(0.7), seed, batch_size, steer=steer,
-                          spread=spread)
+                          spread=spread, vector=vector)
     summary, records = evaluate(player, setup, secrets, show_progress=False)
     return summary, [r.to_json() for r in records], player.passes
 
@@ -86,7 +89,7 @@ def pass_figures(summary: dict, passes: PassCounters, weights: tuple[int, int]) 
     }
 
 
-def head_states(model, tokenizer, count: int, seed: int, spread: bool) -> tuple[dict, np.ndarray]:
+def head_states(model, tokenizer, count: int, seed: int, spread: bool, vector: bool) -> tuple[dict, np.ndarray]:
     """Figures of the naming states of `count` training positions (the product's path), and the states."""
     from llm.generation import shared_prefix_length
     from rl.naming_head import HeadSettings, head_positions, naming_context, naming_states
@@ -95,7 +98,7 @@ def head_states(model, tokenizer, count: int, seed: int, spread: bool) -> tuple[
     contexts = [naming_context(tokenizer, p) for p in positions]
     shared = shared_prefix_length(contexts)
     began = time.perf_counter()
-    states = naming_states(model, tokenizer, positions, spread=spread)
+    states = naming_states(model, tokenizer, positions, spread=spread, vector=vector)
     seconds = time.perf_counter() - began
     tokens = sum(map(len, contexts)) - shared * (len(contexts) - 1)
     return {"positions": len(positions), "shared_opening_tokens": shared,
@@ -132,12 +135,12 @@ def main(model: str, adapter: str | None, games: int, positions: int, batch_size
     states, games_played = {}, {}
     head_file = head_beside(adapter)
     network = tokenizer = loaded_fuse = None
-    for way, (fuse, spread) in WAYS.items():
+    for way, (fuse, spread, vector) in WAYS.items():
         if fuse != loaded_fuse:  # the ways that share a model load it once
             (network, tokenizer), loaded_fuse = load_model(model, adapter, fuse=fuse), fuse
         figures = record["ways"][way] = {}
         if positions:
-            figures["head_states"], states[way] = head_states(network, tokenizer, positions, seed, spread)
+            figures["head_states"], states[way] = head_states(network, tokenizer, positions, seed, spread, vector)
             click.echo(json.dumps({way: figures["head_states"]}))
         if games:
             player_model, steer = network, None
@@ -145,7 +148,7 @@ def main(model: str, adapter: str | None, games: int, positions: int, batch_size
                 player_model, steer = steered_model(network, tokenizer, NamingHead.load(head_file), setup.lists.allowed,
                                                     setup.start.secret_words)
             summary, games_played[way], passes = play(player_model, tokenizer, secrets, seed, batch_size, steer,
-                                                        spread)
+                                                        spread, vector)
             figures["eval"] = {"games": games, "seed": seed, "temperature": 0.7, "head": bool(steer),
                                **pass_figures(summary, passes, weight_counts(network))}
             click.echo(json.dumps({way: figures["eval"]}))

@@ -7,7 +7,8 @@ game's next position into the running batch); `sample` is a single batch of prom
 message every prompt opens with is prefilled once; for a group, the prompt is prefilled
 once and its KV cache shared by every member, so prefill work does not grow with the
 group size. On a CPU of several cores each core prefills one prompt at a time (an eval's
-prefill 1.6x faster, the eval 1.14x, the same games: results/passes/).
+prefill 1.6x faster, the eval 1.14x, the same games: results/passes/), and on a CPU the passes
+compute the attention's and SwiGLU's exp many lanes at once (llm/vector_exp.py: 1.19x more).
 
 Every answer draws its tokens from random keys of its own (`AnswerSampler`), never from
 one draw over the whole batch: which answers share a batch, in what order and how many,
@@ -28,6 +29,7 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 from mlx_lm.sample_utils import apply_top_p
 
 from llm.cpu_streams import core_streams
+from llm.vector_exp import vector_exp
 
 STOP_TEXT = "</guess>"
 MAX_TEMPERATURE = 10.0
@@ -194,7 +196,8 @@ class GroupStream:
     """
 
     def __init__(self, model, tokenizer, settings: SamplingSettings = SamplingSettings(), batch_size: int = 32,
-                 prefix: list[int] | None = None, join_size: int | None = None, spread: bool = True) -> None:
+                 prefix: list[int] | None = None, join_size: int | None = None, spread: bool = True,
+                 vector: bool = True) -> None:
         """`join_size`: sequences that may join the running batch at once (default 8, mlx-lm's).
         Groups, whose members start from one prefilled prompt, should join whole (`batch_size`):
         in waves of 8, 16 members of a group took 1.29 GB at peak instead of 0.94 (the batch's
@@ -202,14 +205,18 @@ class GroupStream:
         time took more (1.32 against 1.22 GB).
 
         `spread`: on a CPU of several cores, prompts are prefilled one a core (`_start_pending`);
-        without it as on a GPU (what benchmarks compare with)."""
+        without it as on a GPU (what benchmarks compare with). `vector`: on a CPU the passes run
+        the attention and SwiGLU with llm/vector_exp.py's exp (eval 1.19x, the same 32 games,
+        results/passes/); without it with mlx's."""
         self.model, self.tokenizer, self.settings, self.spread = model, tokenizer, settings, spread
+        self.vector = vector
         self._stops = stop_sequences(tokenizer)
         self._generator = BatchGenerator(model, stop_tokens=None, completion_batch_size=batch_size,
                                          prefill_batch_size=min(join_size or 8, batch_size))
         self.passes = PassCounters()
         prefix = list(prefix or [])
-        self._system = [(prefix, self._prefill(prefix))] if prefix else []
+        with vector_exp(model, vector):
+            self._system = [(prefix, self._prefill(prefix))] if prefix else []
         self._recent: deque[tuple[list[int], list]] = deque(maxlen=REMEMBERED)  # groups' prompts, less the last token
         self._members: dict[int, list[int]] = {}  # group id -> its members' uids
         self._group_of: dict[int, int] = {}  # uid -> group id
@@ -245,6 +252,10 @@ class GroupStream:
 
         Empty when no group is open.
         """
+        with vector_exp(self.model, self.vector):
+            return self._finished()
+
+    def _finished(self) -> list[tuple[int, list[Completion]]]:
         self._start_pending()
         done: list[int] = []
         while self._members and not done:

@@ -19,7 +19,7 @@ class ModelPlayer:
     """Plays with the model's own answers (eval/moves.py `GamePlayer`); with `guess_words`,
     the guess tag is decoded within those words (minus the game's guesses and refusals:
     llm/guess_constraint.py); with `steer`, each answer gets the logits processor it makes of the
-    game and its refusals; `spread` as GroupStream's.
+    game and its refusals; `spread` and `vector` as GroupStream's.
 
     Answer n of game g draws its tokens from `answer_seed(seed, g, n)`: a game's answers do not
     depend on the other games, their number, the batch size or when each answer joined the batch.
@@ -32,7 +32,7 @@ class ModelPlayer:
 
     def __init__(self, model, tokenizer, name: str, settings: SamplingSettings = SamplingSettings(),
                  seed: int = 0, batch_size: int = 32, guess_words: tuple[str, ...] | None = None,
-                 steer: Steer | None = None, spread: bool = True) -> None:
+                 steer: Steer | None = None, spread: bool = True, vector: bool = True) -> None:
         if guess_words and steer:
             raise ValueError("one logits processor per answer: guess_words or steer, not both")
         self.model = model
@@ -43,7 +43,7 @@ class ModelPlayer:
         self.batch_size = batch_size
         self.vocabulary = GuessVocabulary(tokenizer, guess_words) if guess_words else None
         self.steer = steer
-        self.spread = spread
+        self.spread, self.vector = spread, vector
         self._stream: GroupStream | None = None
         self._asked: dict[int, tuple[int, GameState]] = {}  # stream group id -> (game, its state)
         self._answers: dict[int, int] = {}  # game -> answers asked of it so far (a player plays one set of games)
@@ -52,7 +52,7 @@ class ModelPlayer:
         prompt = prompt_tokens(self.tokenizer, state, rejected)
         if self._stream is None:  # every prompt opens as the first does (system message, rules)
             self._stream = GroupStream(self.model, self.tokenizer, self.settings, self.batch_size, prompt[:-1],
-                                       spread=self.spread)
+                                       spread=self.spread, vector=self.vector)
         processor = None
         if self.vocabulary is not None:
             processor = self.vocabulary.processor(self.tokenizer, {*state.guesses, *(r.guess for r in rejected)})

@@ -44,6 +44,7 @@ from llm.cpu_streams import core_streams
 from llm.format import NAMING_WORD, prompt_tokens
 from llm.generation import copy_cache, prefix_cache, shared_prefix_length
 from llm.naming_head import HEAD_FILE, NamingHead, naming_tokens, readout_logits
+from llm.vector_exp import vector_exp
 from llm.word_steering import WordTokens, word_basis
 from rl.reward import fit_shares
 from sft.cot import truthful_answer
@@ -100,7 +101,7 @@ def head_positions(settings: HeadSettings) -> dict[str, list[EndgamePosition]]:
 
 
 def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition], batch: int | None = None,
-                  spread: bool = True) -> np.ndarray:
+                  spread: bool = True, vector: bool = True) -> np.ndarray:
     """The final (normed) hidden state at the naming token of each position, (positions, hidden).
 
     What every context opens with (the system message, the user turn's start and the opener,
@@ -110,14 +111,23 @@ def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition],
     stream, and batches of 2-4 a stream or more streams than cores were slower (results/passes/).
     Elsewhere the rest is batched by length (`batch`, default `STATES_BATCH`), so that little of a
     batch is padding (padding sits after each context's last token, which the causal mask keeps
-    from seeing it)."""
+    from seeing it). On a CPU (unless not `vector`) the attention and SwiGLU compute their `exp`
+    many lanes at once (llm/vector_exp.py): a third of a pass there was mlx's one-lane `exp`."""
     contexts = [naming_context(tokenizer, p) for p in positions]
     states = np.zeros((len(contexts), model.args.hidden_size), dtype=np.float32)
     if not contexts:
         return states
     shared = shared_prefix_length(contexts)
-    prefix = prefix_cache(model, contexts[0][:shared])
-    order = sorted(range(len(contexts)), key=lambda i: len(contexts[i]))
+    with vector_exp(model, vector):
+        prefix = prefix_cache(model, contexts[0][:shared])
+        _states_after(model, prefix, [context[shared:] for context in contexts], states, batch, spread)
+    return states
+
+
+def _states_after(model: nn.Module, prefix: list, rests: list[list[int]], states: np.ndarray, batch: int | None,
+                  spread: bool) -> None:
+    """Fill `states` with the last state of each context, `prefix` then its rest (`naming_states`)."""
+    order = sorted(range(len(rests)), key=lambda i: len(rests[i]))
     with core_streams(spread) as streams:
         size = batch or (1 if len(streams) > 1 else STATES_BATCH)
         batches = [order[start:start + size] for start in range(0, len(order), size)]
@@ -126,11 +136,10 @@ def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition],
             passes = []
             for stream, chosen in zip(streams, wave):
                 with mx.stream(stream):
-                    passes.append(_last_states(model, prefix, [contexts[i][shared:] for i in chosen]))
+                    passes.append(_last_states(model, prefix, [rests[i] for i in chosen]))
             mx.eval(passes)
             for chosen, hidden in zip(wave, passes):
                 states[chosen] = np.array(hidden)
-    return states
 
 
 def _last_states(model: nn.Module, prefix: list, rests: list[list[int]]) -> mx.array:

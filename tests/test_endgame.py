@@ -582,15 +582,16 @@ def test_naming_probe_readout_attached_to_the_model_gives_the_fitted_logits(tiny
 
 def test_naming_states_are_each_contexts_last_state_whatever_the_batch_and_streams(setup, tiny_model_dir):  # noqa: F811
     """rl/naming_head.py: batching by length pads and reorders, and on a CPU the passes spread over
-    one stream a core, yet each position's state is its own context's final state at the naming
-    token, in the positions' order."""
+    one stream a core with llm/vector_exp.py's exp, yet each position's state is its own context's
+    final state at the naming token, in the positions' order."""
     from rl.naming_head import naming_states
     from studies.naming_tilt import naming_context, one_candidate_positions
 
     model, tokenizer = load_model(str(tiny_model_dir))
     positions = one_candidate_positions(setup, ["bunny", "crony", "fudge", "pansy"], 3, seed=0)
     alone = np.stack([np.array(model.model(mx.array([naming_context(tokenizer, p)]))[0, -1]) for p in positions])
-    assert np.allclose(naming_states(model, tokenizer, positions, batch=2, spread=False), alone, atol=1e-4)
+    assert np.allclose(naming_states(model, tokenizer, positions, batch=2, spread=False, vector=False), alone,
+                       atol=1e-4)
     for batch in (None, 2):
         assert np.allclose(naming_states(model, tokenizer, positions, batch=batch), alone, atol=1e-4)
 

@@ -1,0 +1,77 @@
+"""llm/vector_exp.py: exp, attention and SwiGLU agree with mlx's own to float32 rounding, and a
+model runs them only while inside `vector_exp`."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm.models import activations, base, llama
+
+from llm import vector_exp
+from llm.loading import load_model
+from llm_fixtures import tiny_model_dir  # noqa: F401
+
+
+def test_exp_is_as_close_to_the_true_exp_as_float32_allows_over_its_whole_range():
+    x = np.concatenate([np.linspace(-87, 88, 200_001), [0.0, -1e-8, 1e-8, np.log(2), -np.log(2)]]).astype(np.float32)
+    ours = np.array(vector_exp.exp(mx.array(x)), dtype=np.float64)
+    true = np.exp(x.astype(np.float64))
+    assert np.max(np.abs(ours - true) / true) < 2e-7  # mlx's own: 4e-6
+    assert np.array(vector_exp.exp(mx.array([-mx.inf, -200.0, 200.0]))).tolist() == pytest.approx(
+        [np.exp(-87.0), np.exp(-87.0), np.exp(88.0)], rel=1e-6)
+
+
+@pytest.mark.parametrize("heads, kv_heads, length, seen", [(4, 2, 7, 7), (9, 3, 5, 12), (2, 2, 1, 9)])
+def test_attention_is_mlx_attention_for_each_kind_of_mask(heads, kv_heads, length, seen):
+    rng = np.random.default_rng(0)
+    queries, keys, values = (mx.array(rng.normal(size=(2, h, n, 16)).astype(np.float32) * 2)
+                             for h, n in ((heads, length), (kv_heads, seen), (kv_heads, seen)))
+    keep = mx.array(rng.random((2, 1, length, seen)) < 0.7) | (mx.arange(seen) == seen - 1)
+    added = mx.where(keep, 0.0, -1e9) + mx.array(rng.normal(size=(length, seen)).astype(np.float32))
+    for mask in (None, "causal", keep, added):
+        theirs = mx.fast.scaled_dot_product_attention(queries, keys, values, scale=0.25, mask=mask)
+        ours = vector_exp.attention(queries, keys, values, None, 0.25, mask)
+        assert ours.shape == theirs.shape
+        assert np.allclose(np.array(ours), np.array(theirs), rtol=1e-5, atol=1e-5), mask
+
+
+def test_swiglu_is_mlx_lms_and_half_precision_runs_mlx_lms_own():
+    rng = np.random.default_rng(1)
+    gate, x = (mx.array(rng.normal(size=(3, 50)).astype(np.float32) * 40) for _ in range(2))
+    assert np.allclose(np.array(vector_exp.swiglu(gate, x)), np.array(activations.swiglu(gate, x)),
+                       rtol=1e-5, atol=1e-5)
+    half = gate.astype(mx.bfloat16), x.astype(mx.bfloat16)
+    assert mx.array_equal(vector_exp.swiglu(*half), activations.swiglu(*half))
+
+
+def test_a_model_runs_them_only_inside_and_its_logits_agree(tiny_model_dir):  # noqa: F811
+    model, _ = load_model(str(tiny_model_dir))
+    tokens = mx.array([[1, 5, 9, 40, 7, 3, 22, 11]])
+    plain = np.array(model(tokens))
+    with vector_exp.vector_exp(model):
+        assert llama.scaled_dot_product_attention is vector_exp.attention and llama.swiglu is vector_exp.swiglu
+        inside = np.array(model(tokens))
+    assert llama.scaled_dot_product_attention is base.scaled_dot_product_attention
+    assert llama.swiglu is activations.swiglu
+    assert np.allclose(inside, plain, rtol=1e-5, atol=1e-4) and not np.array_equal(inside, plain)
+    with vector_exp.vector_exp(model, enabled=False):
+        assert llama.swiglu is activations.swiglu
+
+
+def test_gradients_through_attention_and_swiglu_are_mlxs():
+    rng = np.random.default_rng(2)
+    queries, keys, values = (mx.array(rng.normal(size=(1, h, n, 8)).astype(np.float32))
+                             for h, n in ((4, 6), (2, 6), (2, 6)))
+    gate, x = (mx.array(rng.normal(size=(6, 12)).astype(np.float32) * 3) for _ in range(2))
+
+    def loss(attend, glu):
+        def value(q, k, v, g, u):
+            return (attend(q, k, v, "causal") ** 2).sum() + (glu(g, u) * u).sum()
+        return mx.grad(value, argnums=(0, 1, 2, 3, 4))(queries, keys, values, gate, x)
+
+    ours = loss(lambda q, k, v, m: vector_exp.attention(q, k, v, None, 0.3, m), vector_exp.swiglu)
+    theirs = loss(lambda q, k, v, m: mx.fast.scaled_dot_product_attention(q, k, v, scale=0.3, mask=m),
+                  activations.swiglu)
+    for a, b in zip(ours, theirs):
+        assert np.allclose(np.array(a), np.array(b), rtol=1e-4, atol=1e-5)
