@@ -16,7 +16,7 @@ a particular word, so memory cannot pay: the training positions are those of tra
 secret's mean probability among all words, and test words are never read.
 
 The model stays frozen, so its final hidden state at each position's naming token is computed
-once (its longest part: 0.53 s a position on a 2-core CPU, results/passes/) and kept in a states
+once (its longest part: 0.52 s a position on a 2-core CPU, results/passes/) and kept in a states
 file, saved as it grows: a killed run resumes from the states it had, and a refit with another
 beta reads them.
 """
@@ -108,7 +108,8 @@ def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition],
     about a third of a context) is run through the model once and its KV cache shared by every
     pass. On a CPU (unless not `spread`) each core runs one context at a time on a stream of its
     own (llm/cpu_streams.py): 0.53 s a position on 2 cores against 0.87 for batches of 8 on one
-    stream, and batches of 2-4 a stream or more streams than cores were slower (results/passes/).
+    stream (0.52 with the vector exp below), and batches of 2-4 a stream or more streams than cores
+    were slower (results/passes/).
     Elsewhere the rest is batched by length (`batch`, default `STATES_BATCH`), so that little of a
     batch is padding (padding sits after each context's last token, which the causal mask keeps
     from seeing it). On a CPU (unless not `vector`) the attention and SwiGLU compute their `exp`
