@@ -8,7 +8,7 @@ message every prompt opens with is prefilled once; for a group, the prompt is pr
 once and its KV cache shared by every member, so prefill work does not grow with the
 group size. On a CPU of several cores each core prefills one prompt at a time (an eval's
 prefill 1.6x faster, the eval 1.14x, the same games: results/passes/), and on a CPU the passes
-compute the attention's and SwiGLU's exp many lanes at once (llm/vector_exp.py: 1.19x more).
+compute the attention's and SwiGLU's exp many lanes at once (llm/vector_exp.py: 1.15-1.19x more).
 
 Every answer draws its tokens from random keys of its own (`AnswerSampler`), never from
 one draw over the whole batch: which answers share a batch, in what order and how many,
@@ -206,7 +206,7 @@ class GroupStream:
 
         `spread`: on a CPU of several cores, prompts are prefilled one a core (`_start_pending`);
         without it as on a GPU (what benchmarks compare with). `vector`: on a CPU the passes run
-        the attention and SwiGLU with llm/vector_exp.py's exp (eval 1.19x, the same 32 games,
+        the attention and SwiGLU with llm/vector_exp.py's exp (eval 1.15-1.19x, the same 32 games,
         results/passes/); without it with mlx's."""
         self.model, self.tokenizer, self.settings, self.spread = model, tokenizer, settings, spread
         self.vector = vector
