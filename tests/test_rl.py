@@ -284,6 +284,29 @@ def test_update_gradient_equals_the_plain_computation(lora_model, setup, scorer,
     assert max(float(mx.abs(got[k] - want[k]).max()) for k in want) < 1e-5 * scale
 
 
+def test_reference_logprobs_run_the_vector_exp_and_equal_mlx_own(lora_model, setup, scorer):
+    """The reference pass (no backward) runs llm/vector_exp.py's attention and SwiGLU on a CPU: its
+    log-probs are the adapter-free model's through mlx's own functions, to float32 rounding, and the
+    model's files point at mlx-lm's functions again afterwards."""
+    from mlx_lm.models import base, llama
+
+    model, tokenizer = lora_model
+    model.update(tree_map(lambda p: p * 3.0, model.trainable_parameters()))  # policy != reference
+    learner = GrpoLearner(model, GrpoSettings(kl_coef=0.5, micro_batch_tokens=12), 0.7, tokenizer.eos_token_id)
+    batches = learner.batches([hand_made_group(tokenizer, scorer, setup, MIXED)])
+    assert len(batches[0].chunks) > 1
+    refs = learner.reference_logprobs(batches)
+    assert llama.scaled_dot_product_attention is base.scaled_dot_product_attention
+    gb = batches[0]
+    with adapter_disabled(model):
+        kv = prompt_kv(model, gb.prompt)
+        want = [answer_logprobs(model, kv, gb.prompt, c.answers, 0.7) for c in gb.chunks]
+    for got, expected in zip(refs[0], want):
+        assert np.allclose(np.array(got), np.array(expected), atol=1e-5, rtol=1e-5)
+    assert not np.allclose(np.array(refs[0][0]), np.array(answer_logprobs(model, prompt_kv(model, gb.prompt),
+                                                                           gb.prompt, gb.chunks[0].answers, 0.7)))  # the adapter is back on
+
+
 def test_micro_batches_are_sized_by_tokens_and_kl_free_updates_skip_the_reference(lora_model, setup, scorer):
     assert length_chunks([5, 30, 10, 9, 2], 40) == [[1], [2, 3, 0, 4]]  # longest first, rows x longest <= 40
     assert length_chunks([50, 3], 10) == [[0], [1]]  # an answer longer than the budget goes alone
