@@ -29,6 +29,7 @@ if __name__ == "__main__":
 
 import json  # noqa: E402
 import statistics
+from dataclasses import dataclass
 
 import click
 import mlx.core as mx
@@ -74,12 +75,64 @@ def step_profile(record: dict, weights: tuple[int, int]) -> dict:
             "gradient_gflops": rate(4 * weights[1], positions, gradient)}
 
 
+def pipeline_config(group_size: int, games: int, max_tokens: int, seed: int, batch_size: int | None = None,
+                    micro_batch_tokens: int | None = None):
+    """`rl`'s settings as the pipeline's RL stage sets them, one rollout round a step and every
+    group trained (`tie_threshold` 0)."""
+    overrides = {"seed": seed, "rollout.group_size": group_size, "rollout.games_per_round": games,
+                 "rollout.max_tokens": max_tokens, "grpo.learning_rate": PIPELINE.grpo_lr,
+                 "grpo.groups_per_step": PIPELINE.grpo_groups, "grpo.max_rollouts": 1, "grpo.tie_threshold": 0.0}
+    if batch_size is not None:
+        overrides["rollout.batch_size"] = batch_size
+    if micro_batch_tokens is not None:
+        overrides["grpo.micro_batch_tokens"] = micro_batch_tokens
+    return build_config({}, overrides, "bench")
+
+
+def pipeline_options(command):
+    """The options that choose the model and the pipeline's rollout shape (`pipeline_config`)."""
+    for option in reversed([
+            click.option("--model", default="default", show_default=True),
+            click.option("--adapter", type=click.Path(file_okay=False), default=None,
+                         help="Start adapter (an SFT run's)."),
+            click.option("-G", "--group-size", type=click.IntRange(2), default=PIPELINE.group_size, show_default=True),
+            click.option("--games", type=click.IntRange(1), default=PIPELINE.rl_games, show_default=True),
+            click.option("--max-tokens", type=click.IntRange(8), default=PIPELINE.max_tokens, show_default=True)]):
+        command = option(command)
+    return command
+
+
+@dataclass
+class PipelineRun:
+    """What a benchmark of `rl`'s steps needs: the secrets, the solver that starts games, the
+    reward, the random generator, the policy and its learner."""
+
+    setup: object
+    secrets: list[str]
+    solver: object
+    scorer: RewardScorer
+    rng: np.random.Generator
+    policy: object
+    learner: GrpoLearner
+
+    @classmethod
+    def start(cls, model: str, adapter: str | None, config, seed: int) -> PipelineRun:
+        setup = load_setup(config.secrets)
+        rng = np.random.default_rng(seed)
+        mx.random.seed(seed)
+        policy = load_policy(model, adapter, config.lora)
+        learner = GrpoLearner(policy.model, config.grpo, config.rollout.temperature, policy.tokenizer.eos_token_id)
+        return cls(setup, trainable(setup.lists.secrets(config.secrets)), setup.solver(),
+                   RewardScorer(setup, config.reward), rng, policy, learner)
+
+    def starts(self, games: int, config) -> list:
+        """A round's fresh start states."""
+        return sample_start_states(self.setup, self.solver, self.secrets, games, self.rng, config.rollout.max_history,
+                                   config.rollout.off_policy)
+
+
 @click.command()
-@click.option("--model", default="default", show_default=True)
-@click.option("--adapter", type=click.Path(file_okay=False), default=None, help="Start adapter (an SFT run's).")
-@click.option("-G", "--group-size", type=click.IntRange(2), default=PIPELINE.group_size, show_default=True)
-@click.option("--games", type=click.IntRange(1), default=PIPELINE.rl_games, show_default=True)
-@click.option("--max-tokens", type=click.IntRange(8), default=PIPELINE.max_tokens, show_default=True)
+@pipeline_options
 @click.option("--steps", type=click.IntRange(1), default=4, show_default=True,
               help="The first is warm-up, left out of the medians unless it is the only one.")
 @click.option("--batch-size", type=click.IntRange(1), default=None, help="Sequences generated at once.")
@@ -88,30 +141,14 @@ def step_profile(record: dict, weights: tuple[int, int]) -> dict:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def main(model, adapter, group_size, games, max_tokens, steps, batch_size, micro_batch_tokens, seed,
          json_path) -> None:
-    overrides = {"seed": seed, "rollout.group_size": group_size, "rollout.games_per_round": games,
-                 "rollout.max_tokens": max_tokens, "grpo.learning_rate": PIPELINE.grpo_lr,
-                 "grpo.groups_per_step": PIPELINE.grpo_groups, "grpo.max_rollouts": 1, "grpo.tie_threshold": 0.0}
-    if batch_size is not None:
-        overrides["rollout.batch_size"] = batch_size
-    if micro_batch_tokens is not None:
-        overrides["grpo.micro_batch_tokens"] = micro_batch_tokens
-    config = build_config({}, overrides, "bench")
-    setup = load_setup(config.secrets)
-    secrets = trainable(setup.lists.secrets(config.secrets))
-    solver, scorer, rng = setup.solver(), RewardScorer(setup, config.reward), np.random.default_rng(seed)
-    mx.random.seed(seed)
-    policy = load_policy(model, adapter, config.lora)
-    learner = GrpoLearner(policy.model, config.grpo, config.rollout.temperature, policy.tokenizer.eos_token_id)
-    weights = weight_counts(policy.model)
-
-    def fresh_starts():
-        return sample_start_states(setup, solver, secrets, games, rng, config.rollout.max_history,
-                                   config.rollout.off_policy)
-
+    config = pipeline_config(group_size, games, max_tokens, seed, batch_size, micro_batch_tokens)
+    run = PipelineRun.start(model, adapter, config, seed)
+    weights = weight_counts(run.policy.model)
     records = []
     for _ in range(steps):
         mx.reset_peak_memory()
-        record = run_grpo_step(policy.model, policy.tokenizer, scorer, learner, config, fresh_starts, rng)
+        record = run_grpo_step(run.policy.model, run.policy.tokenizer, run.scorer, run.learner, config,
+                               lambda: run.starts(games, config), run.rng)
         record["seconds"] = record["rollout_seconds"] + record["update_seconds"]
         record.update(step_profile(record, weights))
         records.append({key: record.get(key) for key in FIGURES})

@@ -22,12 +22,12 @@ and the clip bites.
 The reference policy is the same model with its LoRA adapter switched off (scale 0),
 so no second copy of the weights exists; with a start adapter fused into the base
 weights (rl/policy.py), that is the SFT model RL started from; with `kl_coef` 0 it is
-never run. Log-probs are computed in micro-batches of at most `micro_batch_tokens`
-answer positions (rows times the longest answer: a group's answers sorted by length,
-so little of that is padding) that attend to their group's prompt keys and values
-(computed once per group, see `GrpoLearner`), so neither prompt work nor peak memory
-grows with the group size. Groups whose rewards tie carry no signal and never reach
-this step.
+never run. Log-probs are computed in micro-batches of answers of similar length (a group's
+answers sorted by length and cut where the padding saved pays for one more pass,
+`length_chunks`) that attend to their group's prompt keys and values (computed once per
+group, see `GrpoLearner`); one forward and backward graph holds at most `micro_batch_tokens`
+answer positions, so neither prompt work nor peak memory grows with the group size. Groups
+whose rewards tie carry no signal and never reach this step.
 
 Under `mlx.launch` (llm/distributed.py) each process brings its own groups: the batch
 std, the token count the loss is divided by and the gradient are of every rank's
@@ -63,6 +63,10 @@ from rl.rollout import Group, Rollout
 _LORA_TYPES = (LoRALinear, LoRASwitchLinear, LoRAEmbedding)
 ADVANTAGE_SCALES = ("batch", "group", "none")
 KL_LOG_RATIO_CLAMP, KL_TOKEN_CLAMP = 20.0, 10.0
+# What one more pass over a micro-batch costs, in answer positions: `length_chunks` cuts a group's
+# answers by length where more padding than this is saved (64 timed best of 16, 64 and 160,
+# results/rl-throughput/).
+PASS_POSITIONS = 64
 
 
 @dataclass(frozen=True)
@@ -185,27 +189,49 @@ class GroupBatch:
         return sum(c.mask.size for c in self.chunks)
 
 
-def length_chunks(lengths: list[int], max_positions: int) -> list[list[int]]:
-    """Indices of answers, longest first, in runs whose rows x longest answer stay within
-    `max_positions` (a run holds at least one answer, however long)."""
+def length_chunks(lengths: list[int], max_positions: int, pass_positions: int = PASS_POSITIONS) -> list[list[int]]:
+    """Indices of answers, longest first, in runs of similar length: of all the ways to cut the
+    sorted answers into runs whose rows x longest answer stay within `max_positions` (a run holds
+    at least one answer, however long), the one that computes the fewest positions, padding
+    included, counting `pass_positions` for each run's pass. Padding every answer to the group's
+    longest computed 48% padding in a pipeline step's update (results/passes/)."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    chunks: list[list[int]] = []
-    for i in order:
-        if chunks and (len(chunks[-1]) + 1) * max(1, lengths[chunks[-1][0]]) <= max_positions:
-            chunks[-1].append(i)
+    cost, start_of = [0] + [math.inf] * len(order), [0] * (len(order) + 1)
+    for end in range(1, len(order) + 1):
+        for start in range(end - 1, -1, -1):
+            rows, width = end - start, max(1, lengths[order[start]])
+            if rows > 1 and rows * width > max_positions:
+                break  # longer runs only grow
+            if cost[start] + pass_positions + rows * width < cost[end]:
+                cost[end], start_of[end] = cost[start] + pass_positions + rows * width, start
+    runs, end = [], len(order)
+    while end:
+        runs.append(order[start_of[end]:end])
+        end = start_of[end]
+    return runs[::-1]
+
+
+def chunk_graphs(chunks: list[MicroBatch], max_positions: int) -> list[list[int]]:
+    """Consecutive chunks in runs whose positions sum within `max_positions`: each run is one
+    forward and backward graph (a chunk larger than that goes alone)."""
+    graphs: list[list[int]] = []
+    for c, chunk in enumerate(chunks):
+        if graphs and sum(chunks[i].mask.size for i in graphs[-1]) + chunk.mask.size <= max_positions:
+            graphs[-1].append(c)
         else:
-            chunks.append([i])
-    return chunks
+            graphs.append([c])
+    return graphs
 
 
 def group_batches(groups: list[Group], advantages: list[np.ndarray], eos_token_id: int,
-                  max_positions: int) -> list[GroupBatch]:
-    """Each group's answers in micro-batches of at most `max_positions` answer positions."""
+                  max_positions: int, pass_positions: int = PASS_POSITIONS) -> list[GroupBatch]:
+    """Each group's answers in micro-batches of at most `max_positions` answer positions, cut by
+    length (`length_chunks`)."""
     batches = []
     for group, adv in zip(groups, advantages):
         answers = [answer_tokens(c, eos_token_id) for c in group.completions]
         chunks = []
-        for rows in length_chunks([len(a) for a in answers], max_positions):
+        for rows in length_chunks([len(a) for a in answers], max_positions, pass_positions):
             width = max(1, len(answers[rows[0]]))
             tokens = np.zeros((len(rows), width), dtype=np.int32)
             mask = np.zeros((len(rows), width), dtype=np.float32)
@@ -303,13 +329,9 @@ def adapter_disabled(model: nn.Module):
             m.scale = scale
 
 
-def chunk_loss(params, kv: KV, model: nn.Module, prompt: mx.array, batch: MicroBatch, old: mx.array | None,
-               ref: mx.array | None, settings: GrpoSettings, temperature: float, n_tokens: int):
-    """(this micro-batch's share of the loss, (log-probs, KL sum, clipped-token count)).
-
-    Differentiable in `params` (the trainable weights) and in the prompt's `kv`.
-    """
-    model.update(params)
+def answers_loss(model: nn.Module, kv: KV, prompt: mx.array, batch: MicroBatch, old: mx.array | None,
+                 ref: mx.array | None, settings: GrpoSettings, temperature: float, n_tokens: int):
+    """(this micro-batch's share of the loss, (log-probs, KL sum, clipped-token count))."""
     logp = answer_logprobs(model, kv, prompt, batch.answers, temperature)
     old = mx.stop_gradient(logp) if old is None else old
     ratio = mx.exp(logp - old)
@@ -331,13 +353,29 @@ def chunk_loss(params, kv: KV, model: nn.Module, prompt: mx.array, batch: MicroB
     return loss, (mx.stop_gradient(logp), (kl * mask).sum(), clip_count)
 
 
-def group_loss(params, model: nn.Module, prompt: mx.array, batch: MicroBatch, ref: mx.array | None,
-               settings: GrpoSettings, temperature: float, n_tokens: int):
-    """`chunk_loss` of a group whose answers fit one micro-batch, its prompt in the same graph:
-    one forward and one backward pass through the prompt (and no ratio: old = current)."""
+def chunk_loss(params, kv: KV, model: nn.Module, prompt: mx.array, batches: list[MicroBatch],
+               olds: list[mx.array | None], refs: list[mx.array | None], settings: GrpoSettings, temperature: float,
+               n_tokens: int):
+    """(these micro-batches' share of the loss, [(log-probs, KL sum, clipped-token count)] of each).
+
+    Differentiable in `params` (the trainable weights) and in the prompt's `kv`.
+    """
     model.update(params)
-    return chunk_loss(params, prompt_kv(model, prompt), model, prompt, batch, None, ref, settings, temperature,
-                      n_tokens)
+    total, figures = 0.0, []
+    for batch, old, ref in zip(batches, olds, refs):
+        loss, parts = answers_loss(model, kv, prompt, batch, old, ref, settings, temperature, n_tokens)
+        total = total + loss
+        figures.append(parts)
+    return total, figures
+
+
+def group_loss(params, model: nn.Module, prompt: mx.array, batches: list[MicroBatch], refs: list[mx.array | None],
+               settings: GrpoSettings, temperature: float, n_tokens: int):
+    """`chunk_loss` of a group whose answers fit one graph, its prompt in the same graph: one
+    forward and one backward pass through the prompt (and no ratio: old = current)."""
+    model.update(params)
+    return chunk_loss(params, prompt_kv(model, prompt), model, prompt, batches, [None] * len(batches), refs,
+                      settings, temperature, n_tokens)
 
 
 def prompt_pullback(params, model: nn.Module, prompt: mx.array, kv_grad: KV) -> mx.array:
@@ -359,13 +397,13 @@ def _add(a, b):
 class GrpoLearner:
     """Owns the GRPO optimizer and turns batches of informative groups into updates.
 
-    A group whose answers fit one micro-batch (the usual case) is one graph: the
-    prompt's keys and values, its answers' loss, one backward pass. A larger group
-    runs its prompt forward once (no graph kept); each micro-batch of answers then
-    gives gradients for the weights and for the prompt's keys/values; one backward
-    pass through the prompt adds the latter's share. Either way the result is the exact
-    gradient of whole-sequence log-probs, with prompt work independent of the group
-    size and peak memory set by one micro-batch.
+    A group whose micro-batches fit `micro_batch_tokens` together (the usual case) is one
+    graph: the prompt's keys and values, its answers' loss, one backward pass. A larger
+    group runs its prompt forward once (no graph kept); each run of micro-batches within
+    the budget (`chunk_graphs`) then gives gradients for the weights and for the prompt's
+    keys/values; one backward pass through the prompt adds the latter's share. Either way
+    the result is the exact gradient of whole-sequence log-probs, with prompt work
+    independent of the group size and peak memory set by the budget.
     """
 
     def __init__(self, model: nn.Module, settings: GrpoSettings, temperature: float, eos_token_id: int) -> None:
@@ -448,29 +486,31 @@ class GrpoLearner:
         params = model.trainable_parameters()
         for g, gb in enumerate(batches):
             group_refs = refs[g] if refs is not None else [None] * len(gb.chunks)
-            if first and len(gb.chunks) == 1:
-                (part, (logp, kl, clip)), param_grad = self._group_grad(
-                    params, model, gb.prompt, gb.chunks[0], group_refs[0], settings, self.temperature, n_tokens)
+            graphs = chunk_graphs(gb.chunks, settings.micro_batch_tokens)
+            if first and len(graphs) == 1:
+                (part, parts), param_grad = self._group_grad(
+                    params, model, gb.prompt, gb.chunks, group_refs, settings, self.temperature, n_tokens)
                 grads = _add(grads, param_grad)
-                mx.eval(part, logp, kl, clip, grads)
-                parts = [(part, logp, kl, clip)]
+                mx.eval(part, parts, grads)
+                sums["loss"] += part.item()
             else:
                 kv = prompt_kv(model, gb.prompt)
                 mx.eval(kv)
                 kv_grad, parts = None, []
-                for c, chunk in enumerate(gb.chunks):
-                    (part, (logp, kl, clip)), (param_grad, chunk_kv_grad) = self._chunk_grad(
-                        params, kv, model, gb.prompt, chunk, None if first else olds[(g, c)], group_refs[c],
+                for graph in graphs:
+                    (part, graph_parts), (param_grad, graph_kv_grad) = self._chunk_grad(
+                        params, kv, model, gb.prompt, [gb.chunks[c] for c in graph],
+                        [None if first else olds[(g, c)] for c in graph], [group_refs[c] for c in graph],
                         settings, self.temperature, n_tokens)
-                    grads, kv_grad = _add(grads, param_grad), _add(kv_grad, chunk_kv_grad)
-                    mx.eval(part, logp, kl, clip, grads, kv_grad)
-                    parts.append((part, logp, kl, clip))
+                    grads, kv_grad = _add(grads, param_grad), _add(kv_grad, graph_kv_grad)
+                    mx.eval(part, graph_parts, grads, kv_grad)
+                    sums["loss"] += part.item()
+                    parts += graph_parts
                 grads = _add(grads, self._prompt_grad(params, model, gb.prompt, kv_grad))
                 mx.eval(grads)
-            for c, (part, logp, kl, clip) in enumerate(parts):
+            for c, (logp, kl, clip) in enumerate(parts):
                 if first:
                     olds[(g, c)] = logp  # the sampling policy: later updates measure their ratio against it
-                sums["loss"] += part.item()
                 sums["kl"] += kl.item()
                 sums["clip"] += clip.item()
         return grads, sums

@@ -35,7 +35,7 @@ from llm.loading import load_model
 from rl.config import RLConfig, build_config, load_config_file
 from rl.expert_iteration import EISettings, ExpertIteration, passing_answers, truthful_target
 from rl.grpo import (KL_LOG_RATIO_CLAMP, KL_TOKEN_CLAMP, GrpoLearner, GrpoSettings, adapter_disabled,
-                     answer_logprobs, answer_tokens, collect_groups, advantages, group_batches,
+                     advantages, answer_logprobs, answer_tokens, chunk_graphs, collect_groups, group_batches,
                      informative_groups, length_chunks, prompt_kv)
 from common.errors import UserError
 from rl.guidance import ExpertGuide, guidance_figures
@@ -226,7 +226,7 @@ def test_shared_prompt_gradient_equals_whole_sequence_gradient(lora_model, setup
     params, kv = model.trainable_parameters(), prompt_kv(model, batch.prompt)
     grads, kv_grad = None, None
     for chunk in batch.chunks:
-        _, (g, gk) = learner._chunk_grad(params, kv, model, batch.prompt, chunk, None, None, settings, 0.7, n)
+        _, (g, gk) = learner._chunk_grad(params, kv, model, batch.prompt, [chunk], [None], [None], settings, 0.7, n)
         grads = g if grads is None else tree_map(mx.add, grads, g)
         kv_grad = gk if kv_grad is None else tree_map(mx.add, kv_grad, gk)
     grads = tree_map(mx.add, grads, learner._prompt_grad(params, model, batch.prompt, kv_grad))
@@ -267,15 +267,20 @@ def plain_grpo_loss(model, groups, settings: GrpoSettings, temperature: float, e
 @pytest.mark.parametrize("micro_batch_tokens", [10_000, 12])  # a group in one graph; answers in micro-batches
 def test_update_gradient_equals_the_plain_computation(lora_model, setup, scorer, micro_batch_tokens):
     model, tokenizer = lora_model
+    long_answer = format_answer("it fits every clue so far " * 20, "bunny")
     groups = [hand_made_group(tokenizer, scorer, setup, MIXED),
-              hand_made_group(tokenizer, scorer, setup, [BAD, GOOD, GOOD], secret="crane")]
+              hand_made_group(tokenizer, scorer, setup, [BAD, GOOD, GOOD], secret="crane"),
+              hand_made_group(tokenizer, scorer, setup, [long_answer, BAD, GOOD])]  # cut by length
     settings = GrpoSettings(kl_coef=0.5, micro_batch_tokens=micro_batch_tokens)
     learner = GrpoLearner(model, settings, 0.7, tokenizer.eos_token_id)
     # Nudge the adapter off the reference so the KL term has a gradient too.
     model.update(tree_map(lambda p: p * 3.0, model.trainable_parameters()))
     (want_loss, want), n_tokens = plain_grpo_loss(model, groups, settings, 0.7, tokenizer.eos_token_id)
     batches = learner.batches(groups)
-    assert all((len(gb.chunks) == 1) == (micro_batch_tokens > 100) for gb in batches)
+    assert all((len(chunk_graphs(gb.chunks, micro_batch_tokens)) == 1) == (micro_batch_tokens > 100)
+               for gb in batches)
+    if micro_batch_tokens > 100:  # one graph of two micro-batches: the long answer, the short two
+        assert len(batches[2].chunks) == 2
     grads, sums = learner.gradients(batches, learner.reference_logprobs(batches), {}, n_tokens)
     assert sums["loss"] == pytest.approx(want_loss.item(), abs=1e-5)
     assert sums["kl"] > 0
@@ -310,6 +315,10 @@ def test_reference_logprobs_run_the_vector_exp_and_equal_mlx_own(lora_model, set
 def test_micro_batches_are_sized_by_tokens_and_kl_free_updates_skip_the_reference(lora_model, setup, scorer):
     assert length_chunks([5, 30, 10, 9, 2], 40) == [[1], [2, 3, 0, 4]]  # longest first, rows x longest <= 40
     assert length_chunks([50, 3], 10) == [[0], [1]]  # an answer longer than the budget goes alone
+    # Cut where the padding saved (64 - 12 on each of two rows) beats one more pass (64 positions).
+    assert length_chunks([64, 64, 12, 10], 640) == [[0, 1], [2, 3]]
+    assert length_chunks([64, 64, 60, 60], 640) == [[0, 1, 2, 3]]  # 8 padded positions: not worth a pass
+    assert length_chunks([64, 64, 12, 10], 640, pass_positions=200) == [[0, 1, 2, 3]]
     model, tokenizer = lora_model
     learner = GrpoLearner(model, GrpoSettings(kl_coef=0.0), 1.0, tokenizer.eos_token_id)
     passes = []
