@@ -35,7 +35,7 @@ from bench.decode import cpu_name
 from bench.rl_step import PipelineRun, pipeline_config, pipeline_options
 from common.errors import run_script
 from common.fileio import atomic_write_json
-from rl.grpo import PASS_POSITIONS, GrpoLearner, advantages, collect_groups, group_batches, trained_tokens
+from rl.grpo import PASS_POSITIONS, GrpoLearner, collect_groups, trained_tokens
 from rl.rollout import play
 
 PADDED = 10**9  # a pass costs more than any padding: one micro-batch wherever the budget allows
@@ -44,8 +44,7 @@ PADDED = 10**9  # a pass costs more than any padding: one micro-batch wherever t
 def update_passes(learner: GrpoLearner, groups: list, pass_positions: int) -> tuple[float, float, dict, dict]:
     """(reference seconds, gradient seconds, the gradient, the batches' figures) of one update's passes."""
     settings = learner.settings
-    scaled = advantages([g.rewards.total for g in groups], settings.advantage_scale)
-    batches = group_batches(groups, scaled, learner.eos_token_id, settings.micro_batch_tokens, pass_positions)
+    batches = learner.batches(groups, pass_positions)
     n_tokens = trained_tokens(batches)
     began = time.perf_counter()
     refs = learner.reference_logprobs(batches) if settings.kl_coef > 0 else None

@@ -202,8 +202,9 @@ def length_chunks(lengths: list[int], max_positions: int, pass_positions: int = 
             rows, width = end - start, max(1, lengths[order[start]])
             if rows > 1 and rows * width > max_positions:
                 break  # longer runs only grow
-            if cost[start] + pass_positions + rows * width < cost[end]:
-                cost[end], start_of[end] = cost[start] + pass_positions + rows * width, start
+            total = cost[start] + pass_positions + rows * width
+            if total < cost[end]:
+                cost[end], start_of[end] = total, start
     runs, end = [], len(order)
     while end:
         runs.append(order[start_of[end]:end])
@@ -467,10 +468,10 @@ class GrpoLearner:
                        reference_seconds=reference_seconds)
         return figures
 
-    def batches(self, groups: list[Group]) -> list[GroupBatch]:
+    def batches(self, groups: list[Group], pass_positions: int = PASS_POSITIONS) -> list[GroupBatch]:
         scaled = advantages([g.rewards.total for g in groups], self.settings.advantage_scale,
                             sampled=[len(g.completions) - g.expert_members for g in groups])
-        return group_batches(groups, scaled, self.eos_token_id, self.settings.micro_batch_tokens)
+        return group_batches(groups, scaled, self.eos_token_id, self.settings.micro_batch_tokens, pass_positions)
 
     def gradients(self, batches: list[GroupBatch], refs: list[list[mx.array]] | None,
                   olds: dict[tuple[int, int], mx.array], n_tokens: int) -> tuple[dict, dict[str, float]]:
