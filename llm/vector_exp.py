@@ -10,6 +10,9 @@ float code: 4x faster on a softmax's scores and more accurate (8e-8 relative aga
 `vector_exp(model)` runs the model's attention and SwiGLU that way while inside, on a CPU, for
 float32 activations; anything else (a GPU, half precision, attention sinks, a quantized cache)
 runs mlx-lm's own functions. The results agree with mlx's to float32 rounding, not bit for bit.
+
+The attention's weights 87 or more below a row's largest (every masked one) are exactly 0: as
+e^-87 their products with the values were subnormal numbers, which x86 CPUs compute ~10x slower.
 """
 
 from __future__ import annotations
@@ -64,8 +67,27 @@ def exp(x: mx.array) -> mx.array:
 
 
 @partial(mx.compile, shapeless=True)
-def _less_max(scores: mx.array, most: mx.array) -> mx.array:
-    return scores - most
+def _softmax_parts(scores: mx.array, most: mx.array) -> tuple[mx.array, mx.array]:
+    """`_exp_parts` of scores less their row's largest, with exp(r) zero wherever that difference
+    is -87 or less (every masked score among them): e^-87 times a value is a subnormal number,
+    over which an x86 CPU's matmuls run ~10x slower (the values' matmul of a head-state context
+    241 -> 25 ms, results/passes/). Beside a row's largest weight of 1, dropping e^-87 changes
+    no float32 sum."""
+    shifted = scores - most
+    exp_r, biased = _exp_parts(mx.maximum(shifted, _LOWEST))
+    return exp_r * (shifted > _LOWEST), biased
+
+
+@mx.custom_function
+def _softmax_numerators(scores: mx.array, most: mx.array) -> mx.array:
+    """exp(scores - most), exactly 0 where that is e^-87 or less (`_softmax_parts`)."""
+    return _joined(*_softmax_parts(scores, most))
+
+
+@_softmax_numerators.vjp
+def _softmax_numerators_vjp(primals, cotangent: mx.array, output: mx.array) -> tuple[mx.array, mx.array]:
+    along = cotangent * output
+    return along, -along.sum(-1, keepdims=True)
 
 
 @partial(mx.compile, shapeless=True)
@@ -96,7 +118,7 @@ def attention(queries: mx.array, keys: mx.array, values: mx.array, cache, scale:
         mask = mx.expand_dims(mask, -3) if mask.ndim == 4 else mask
         scores = mx.where(mask, scores, -mx.inf) if mask.dtype == mx.bool_ else scores + mask
     most = mx.stop_gradient(scores.max(-1, keepdims=True))  # any shift leaves the softmax as it is
-    weights = _exp_in_range(mx.maximum(_less_max(scores, most), _LOWEST))
+    weights = _softmax_numerators(scores, most)
     out = (weights @ values[:, :, None]) / weights.sum(-1, keepdims=True)
     return out.reshape(batch, heads, length, -1)
 
