@@ -108,7 +108,7 @@ def naming_states(model: nn.Module, tokenizer, positions: list[EndgamePosition],
     about a third of a context) is run through the model once and its KV cache shared by every
     pass. On a CPU (unless not `spread`) each core runs one context at a time on a stream of its
     own (llm/cpu_streams.py): 0.53 s a position on 2 cores against 0.87 for batches of 8 on one
-    stream (0.52 with the vector exp below), and batches of 2-4 a stream or more streams than cores
+    stream (0.41 with the vector exp below), and batches of 2-4 a stream or more streams than cores
     were slower (results/passes/).
     Elsewhere the rest is batched by length (`batch`, default `STATES_BATCH`), so that little of a
     batch is padding (padding sits after each context's last token, which the causal mask keeps
