@@ -29,7 +29,7 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 from mlx_lm.sample_utils import apply_top_p
 
 from llm.cpu_streams import core_streams
-from llm.vector_exp import vector_exp
+from llm.vector_exp import categorical, vector_exp
 
 STOP_TEXT = "</guess>"
 MAX_TEMPERATURE = 10.0
@@ -73,7 +73,7 @@ class AnswerSampler:
             logprobs = apply_top_p(logprobs, self.settings.top_p)
         key = self._keys[min(self._drawn, self._keys.shape[0] - 1)]
         self._drawn += 1
-        return mx.random.categorical(logprobs * (1.0 / self.settings.temperature), key=key)
+        return categorical(logprobs * (1.0 / self.settings.temperature), key)
 
 
 @dataclass

@@ -96,3 +96,12 @@ def test_gradients_through_attention_and_swiglu_are_mlxs():
                   activations.swiglu)
     for a, b in zip(ours, theirs):
         assert np.allclose(np.array(a), np.array(b), rtol=1e-4, atol=1e-5)
+
+
+def test_categorical_draws_mlxs_tokens_for_the_same_keys():
+    logits = mx.random.normal((40, 500), key=mx.random.key(4)) * 3
+    logits = mx.where(mx.arange(500) % 7 == 0, -mx.inf, logits)  # top-p's cut tokens are -inf
+    keys = mx.random.split(mx.random.key(5), 40)
+    ours = [vector_exp.categorical(logits[i:i + 1], keys[i]).item() for i in range(40)]
+    theirs = [mx.random.categorical(logits[i:i + 1], key=keys[i]).item() for i in range(40)]
+    assert ours == theirs and all(token % 7 for token in ours) and len(set(ours)) > 30
