@@ -155,7 +155,8 @@ def categorical(logits: mx.array, key: mx.array) -> mx.array:
     weights = exp(logits - logits.max(-1, keepdims=True))
     below = mx.cumsum(weights, axis=-1, inclusive=False)
     chosen = mx.random.uniform(shape=(1,), key=key) * weights.sum(-1)
-    return (below <= chosen[:, None]).sum(-1).astype(mx.uint32) - 1
+    count = (below <= chosen[:, None]).sum(-1)  # at least 1 (below starts at 0) but for NaN logits
+    return (mx.maximum(count, 1) - 1).astype(mx.uint32)  # a token id either way, as mlx's draw gives
 
 
 _OURS = {"scaled_dot_product_attention": (base.scaled_dot_product_attention, attention),

@@ -105,3 +105,5 @@ def test_categorical_draws_mlxs_tokens_for_the_same_keys():
     ours = [vector_exp.categorical(logits[i:i + 1], keys[i]).item() for i in range(40)]
     theirs = [mx.random.categorical(logits[i:i + 1], key=keys[i]).item() for i in range(40)]
     assert ours == theirs and all(token % 7 for token in ours) and len(set(ours)) > 30
+    nan = mx.full((1, 500), mx.nan)  # a diverged model's logits: still a token id, never past the vocabulary
+    assert 0 <= vector_exp.categorical(nan, keys[0]).item() < 500
