@@ -77,7 +77,28 @@ def test_a_model_runs_them_only_inside_and_its_logits_agree(tiny_model_dir):  # 
     assert llama.swiglu is activations.swiglu
     assert np.allclose(inside, plain, rtol=1e-5, atol=1e-4) and not np.array_equal(inside, plain)
     with vector_exp.vector_exp(model, enabled=False):
-        assert llama.swiglu is activations.swiglu
+        assert llama.swiglu is activations.swiglu and mx.logsumexp is vector_exp._MLX_LOGSUMEXP
+
+
+def test_logsumexp_is_mlxs_for_any_axes_and_mlx_lms_generator_calls_it_inside(tiny_model_dir):  # noqa: F811
+    scores = mx.random.normal((4, 7, 300), key=mx.random.key(6)) * 30
+    scores = mx.where(mx.arange(300) % 5 == 0, -mx.inf, scores)
+    for axis in (None, -1, 0, [0, 2]):
+        for keepdims in (False, True):
+            ours, theirs = vector_exp.logsumexp(scores, axis, keepdims), mx.logsumexp(scores, axis, keepdims)
+            assert ours.shape == theirs.shape
+            assert np.allclose(np.array(ours), np.array(theirs), rtol=1e-6, atol=1e-5)
+    fenced = mx.array([[-mx.inf] * 3, [1.0, 2.0, 3.0]])  # a row every token of which is banned
+    assert np.array(vector_exp.logsumexp(fenced, -1))[0] == -np.inf
+    half = scores.astype(mx.bfloat16)
+    assert mx.array_equal(vector_exp.logsumexp(half, -1), mx.logsumexp(half, -1))
+    model, _ = load_model(str(tiny_model_dir))
+    with vector_exp.vector_exp(model):
+        assert mx.logsumexp is vector_exp.logsumexp
+        with vector_exp.vector_exp(model):  # nested: the inner exit leaves the outer's in place
+            pass
+        assert mx.logsumexp is vector_exp.logsumexp
+    assert mx.logsumexp is vector_exp._MLX_LOGSUMEXP
 
 
 def test_gradients_through_attention_and_swiglu_are_mlxs():
