@@ -25,16 +25,18 @@ _FLOOR = np.float32(-87.0)  # weights below e^-87 are 0: e^-88 is subnormal, and
 
 def fits(queries: mx.array, cache, mask) -> bool:
     """True when `attend` computes this attention: one float32 query a row on a CPU over a batch
-    cache, its mask none or boolean."""
+    cache whose values are as wide as the queries and whose key heads divide the query heads, its
+    mask none or boolean."""
     return (queries.shape[2] == 1 and queries.dtype == mx.float32 and isinstance(cache, BatchKVCache)
-            and cache.keys is not None and cache.keys.dtype == mx.float32
+            and cache.keys is not None and cache.keys.dtype == cache.values.dtype == mx.float32
+            and cache.values.shape[-1] == queries.shape[-1] and queries.shape[1] % cache.keys.shape[1] == 0
             and (mask is None or (isinstance(mask, mx.array) and mask.dtype == mx.bool_))
             and mx.default_device().type == mx.cpu)
 
 
 def attend(queries: mx.array, cache: BatchKVCache, scale: float, mask: mx.array | None) -> mx.array | None:
     """Attention of `queries` (rows, heads, 1, dims) over the first `cache._idx` keys and values of
-    `cache` (grouped-query heads), keys where `mask` (rows, 1, 1, keys) is False left out: the
+    `cache` (grouped-query heads), keys where `mask` (rows or 1, 1, 1, keys) is False left out: the
     output (rows, heads, 1, dims), or None when the cache's buffers are not laid out row after row
     (a trimmed batch's, until its next write copies them).
 
@@ -46,7 +48,8 @@ def attend(queries: mx.array, cache: BatchKVCache, scale: float, mask: mx.array 
         return None
     rows, heads, _, dims = queries.shape
     seen = cache._idx
-    keep = np.ones((rows, seen), np.bool_) if mask is None else np.asarray(mask).reshape(rows, seen)
+    keep = np.ones((rows, seen), np.bool_) if mask is None else np.asarray(mask)
+    keep = np.broadcast_to(keep, (rows, 1, 1, seen)).reshape(rows, seen) if keep.ndim == 4 else keep
     out = np.empty((rows, heads, dims), np.float32)
     _attend(np.ascontiguousarray(np.asarray(queries).reshape(rows, heads, dims)), keys, values, seen, keep,
             np.float32(scale), out)

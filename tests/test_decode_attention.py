@@ -37,6 +37,12 @@ def test_it_is_mlx_attention_for_left_padded_rows_and_grouped_heads():
         ours = decode_attention.attend(queries, cache, 0.25, mask)
         assert ours.shape == queries.shape
         assert np.allclose(np.array(ours), np.array(_mlx(queries, cache, 0.25, mask)), rtol=1e-5, atol=1e-6)
+    queries, cache, _ = _step([0, 0], 5, seed=4)  # no padding: every key seen, with or without a mask
+    every = mx.ones((1, 1, 1, 6), dtype=mx.bool_)
+    assert np.allclose(np.array(decode_attention.attend(queries, cache, 0.25, None)),
+                       np.array(_mlx(queries, cache, 0.25, None)), rtol=1e-5, atol=1e-6)
+    assert np.array_equal(np.array(decode_attention.attend(queries, cache, 0.25, every)),
+                          np.array(decode_attention.attend(queries, cache, 0.25, None)))
 
 
 def test_vector_exp_attention_runs_it_for_a_decode_step_and_mlx_operations_otherwise():
