@@ -83,3 +83,53 @@ def test_a_trimmed_batchs_cache_is_left_to_mlx_until_its_next_write():
     keys, values = cache.keys_and_values()
     out = vector_exp.attention(queries, keys, values, cache, 0.5, mask[..., 2:])
     assert np.allclose(np.array(out), np.array(_mlx(queries, cache, 0.5, mask[..., 2:])), rtol=1e-5, atol=1e-6)
+
+
+def test_a_row_map_cache_lets_rows_go_without_a_copy_and_is_mlx_lms_cache_otherwise():
+    """Rows filtered out of a `RowMapBatchKVCache` stay in its buffers; the rows kept are written
+    and attended where they lie. Each row's keys and values, and the attention over them, are
+    those of mlx-lm's `BatchKVCache` filtered the same way, also after the buffers grow and after
+    another batch joins."""
+    rng = np.random.default_rng(5)
+
+    def normal(*shape):
+        return mx.array(rng.normal(size=shape).astype(np.float32))
+
+    theirs, ours = BatchKVCache([2, 0, 5, 1]), decode_attention.RowMapBatchKVCache([2, 0, 5, 1])
+
+    def write(rows: int, length: int = 1) -> None:
+        keys, values = normal(rows, 2, length, 8), normal(rows, 2, length, 8)
+        for cache in (theirs, ours):
+            cache.update_and_fetch(keys, values)
+
+    def step_alike() -> None:
+        """A decode step's mask, write and attention, then each row's cache on its own."""
+        rows = len(ours.offset)
+        masks = [cache.make_mask(1) for cache in (theirs, ours)]
+        write(rows)
+        queries = normal(rows, 4, 1, 8)
+        assert np.allclose(np.array(decode_attention.attend(queries, ours, 0.3, masks[1])),
+                           np.array(_mlx(queries, theirs, 0.3, masks[0])), rtol=1e-5, atol=1e-6)
+        assert np.array_equal(np.array(ours.offset), np.array(theirs.offset))
+        for row in range(len(ours.offset)):
+            for mine, its in zip(ours.extract(row).state, theirs.extract(row).state):
+                assert np.array_equal(np.array(mine), np.array(its))
+
+    write(4, 9)
+    buffers = ours.keys
+    for cache in (theirs, ours):
+        cache.filter([0, 2, 3])
+    step_alike()
+    for cache in (theirs, ours):
+        cache.filter([2, 0])
+    step_alike()
+    assert ours.keys.shape[0] == buffers.shape[0] == 4 and ours.rows.tolist() == [3, 0]  # nothing copied
+    write(2, 250)  # past the buffers' 256 positions: they grow, with the kept rows gathered
+    assert ours.rows is None and ours.keys.shape[0] == 2
+    step_alike()
+    for cache in (theirs, ours):
+        cache.filter([1])
+        joining = BatchKVCache([1, 0])
+        joining.update_and_fetch(*(mx.array(np.arange(2 * 2 * 6 * 8, dtype=np.float32).reshape(2, 2, 6, 8)),) * 2)
+        cache.extend(joining)
+    step_alike()
