@@ -18,6 +18,7 @@ changes no answer (only float rounding of the rows' logits could, and has not be
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -28,11 +29,11 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 from mlx_lm.sample_utils import apply_top_p
 
 from llm.cpu_streams import core_streams
-from llm.kept_caches import KeptCaches
 from llm.vector_exp import categorical, vector_exp
 
 STOP_TEXT = "</guess>"
 MAX_TEMPERATURE = 10.0
+REMEMBERED = 16  # groups' prompt caches a GroupStream keeps to continue later prompts (~12 MB each, default model)
 
 
 @dataclass(frozen=True)
@@ -138,13 +139,9 @@ def _continued(model, tokens: list[int], start: list | None = None, start_length
     and mx.array slice assignment is seen through every reference to that array: a cache
     continued from a shared buffer would overwrite the prefix's spare room, which the
     other groups continued from the same prefix use too. So the start's keys and values
-    are sliced to new arrays, and the first write here allocates a buffer of its own: exactly as
-    long as the prompt, since a prompt's cache is written once (mlx-lm's room for 256 more
-    positions would take a kept cache's memory, llm/kept_caches.py, for nothing).
+    are sliced to new arrays, and the first write here allocates a buffer of its own.
     """
     cache = make_prompt_cache(model)
-    for layer in cache:
-        layer.step = 1
     if start is not None:
         for layer, begun in zip(cache, start):
             keys, values, offset = begun.state
@@ -186,12 +183,11 @@ class GroupStream:
     running batch instead of waiting for the slowest answer of a round. The tokens of
     `prefix` (the system message every prompt opens with) are prefilled once; a group's
     prompt is prefilled once and its KV cache shared by all members. A new prompt
-    continues the longest cached prefix it shares with `prefix` or with a prompt prefilled
-    before (llm/kept_caches.py): a game's next turn repeats its earlier ones (after a refused
-    answer, all but one line), and only the rest is prefilled. On a CPU an eval's single answers'
-    prompts are kept too: 45% fewer prompt tokens, eval 1.19x with the same games (results/passes/;
-    the padding that merging caches of other lengths adds to the batch costs a decode step little,
-    as its attention skips padded keys: llm/decode_attention.py).
+    continues the longest cached prefix it shares with `prefix` or with one of the last
+    `REMEMBERED` groups' prompts: a game's next position repeats its earlier turns (after
+    a refused answer, all but one line), and only the rest is prefilled. (Single answers' caches
+    are not kept for a game's next turn: merged with others of other lengths they pad every wave,
+    and eval ran no faster, results/passes/.)
 
     Each submission's answers draw from keys of their own (`AnswerSampler`): from the
     `seed` the caller gives it, else from one drawn of mlx's global generator at the first
@@ -221,7 +217,7 @@ class GroupStream:
         prefix = list(prefix or [])
         with vector_exp(model, vector):
             self._system = [(prefix, self._prefill(prefix))] if prefix else []
-        self._kept = KeptCaches()  # prompts prefilled here, less their last token
+        self._recent: deque[tuple[list[int], list]] = deque(maxlen=REMEMBERED)  # groups' prompts, less the last token
         self._members: dict[int, list[int]] = {}  # group id -> its members' uids
         self._group_of: dict[int, int] = {}  # uid -> group id
         self._tokens: dict[int, list[int]] = {}
@@ -292,28 +288,25 @@ class GroupStream:
         (llm/cpu_streams.py), as head states do: a round of 32 eval prompts (147 tokens each
         after the system message) took 12.7 s to join the batch against 17.2 s in mlx-lm's
         batches of 8, the same answers (results/passes/). In waves of one prompt a core: queues
-        balanced over the cores and evaluated at once ran slower (20.6 s). The prompts left when
-        they do not fill a wave (a rollout's next position, the end of a round), and every prompt on
-        a CPU of one core, are prefilled here on the default stream. On a GPU (or not `spread`), a
-        group's prompt is prefilled here and a single answer's is left to mlx-lm, which prefills
-        such prompts in batches (and keeps no cache of them for a later prompt)."""
+        balanced over the cores and evaluated at once ran slower (20.6 s). Elsewhere, and for the
+        prompts left when they do not fill a wave (a rollout's next position, the end of a round),
+        a group's prompt is prefilled here on the default stream and a single answer's is left to
+        mlx-lm, which prefills such prompts in batches."""
         requests, self._pending = self._pending, []
-        singles_here = self.spread and mx.default_device().type == mx.cpu
         with core_streams(self.spread) as streams:
             whole = len(requests) - len(requests) % len(streams) if len(streams) > 1 else 0
             for first in range(0, whole, len(streams)):
                 self._start_wave(requests[first:first + len(streams)], streams)
         for request in requests[whole:]:  # one prompt on one core would leave the others idle
-            self._start_wave([request], [mx.default_stream(mx.default_device())], singles_here)
+            self._start_wave([request], [mx.default_stream(mx.default_device())])
 
-    def _start_wave(self, wave: list[_Request], streams: list[mx.Stream], singles_here: bool = True) -> None:
-        """Prefill each of `wave`'s prompts on a stream of its own and put their answers into the
-        batch (a single answer's prompt is left to mlx-lm unless `singles_here`)."""
+    def _start_wave(self, wave: list[_Request], streams: list[mx.Stream]) -> None:
+        """Prefill each of `wave`'s prompts on a stream of its own and put their answers into the batch."""
         began, tokens, starts = time.perf_counter(), 0, []
         for stream, request in zip(streams, wave):
             prompt = request.prompt
             start, base = self._prefix_cache(prompt)
-            if len(request.samplers) == 1 and not singles_here:
+            if len(request.samplers) == 1 and len(streams) == 1:
                 starts.append((prompt[start:], base))
                 continue
             with mx.stream(stream):
@@ -326,11 +319,9 @@ class GroupStream:
             self._insert(request, inputs, cache)
 
     def _insert(self, request: _Request, inputs: list[int], cache: list | None) -> None:
-        """Put `request`'s answers into the batch, each continuing `cache` with `inputs` (the
-        prompt's last token when `cache` holds the rest, which is then kept for later prompts)."""
         size = len(request.samplers)
-        if cache and len(inputs) == 1:
-            self._kept.keep(request.prompt[:-1], cache)
+        if size > 1:
+            self._recent.append((request.prompt[:-1], cache))
         uids = self._generator.insert([inputs] * size, [self.settings.max_tokens] * size, caches=[cache] * size,
                                       samplers=request.samplers, stop_sequences=[self._stops] * size,
                                       logits_processors=[[request.processor]] if request.processor else None)
@@ -349,12 +340,14 @@ class GroupStream:
     def _prefix_cache(self, prompt: list[int]) -> tuple[int, list | None]:
         """How many leading tokens of `prompt` a known cache holds (leaving it one token of its
         own), and a cache of exactly those."""
-        limit = len(prompt) - 1
-        found = [(_common_length(tokens, prompt, limit), cache) for tokens, cache in self._system]
-        found.append(self._kept.longest(prompt, limit) or (0, None))
-        length, cache = max(found, key=lambda pair: pair[0])
-        if not length:
+        best, length = None, 0
+        for tokens, cache in (*self._system, *self._recent):
+            shared = _common_length(tokens, prompt, len(prompt) - 1)
+            if shared > length:
+                best, length = (tokens, cache), shared
+        if best is None:
             return 0, None
+        tokens, cache = best
         return length, cache if length == cache[0].offset else self._prefill([], cache, length)
 
     def _prefill(self, tokens: list[int], start: list | None = None, start_length: int | None = None) -> list:

@@ -32,7 +32,6 @@ from functools import lru_cache, partial
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models import activations, base
-from mlx_lm.models import cache as mlx_lm_cache
 
 from llm import decode_attention
 
@@ -186,7 +185,6 @@ def categorical(logits: mx.array, key: mx.array) -> mx.array:
 _OURS = {"scaled_dot_product_attention": (base.scaled_dot_product_attention, attention),
          "swiglu": (activations.swiglu, swiglu)}
 _OURS_IN_MLX = {"logsumexp": (_MLX_LOGSUMEXP, logsumexp)}
-_OURS_IN_MLX_LM_CACHE = {"BatchKVCache": (mlx_lm_cache.BatchKVCache, decode_attention.RowMapBatchKVCache)}
 
 
 @contextmanager
@@ -196,14 +194,12 @@ def vector_exp(model: nn.Module, enabled: bool = True) -> Iterator[None]:
 
     mlx-lm's model files call the functions they imported from mlx-lm by name, so those names are
     pointed at this module's in every model file `model` is built from, and back on the way out;
-    mlx-lm's generator and mlx's losses call `mx.logsumexp`, so mlx's own name is pointed too; and
-    mlx-lm's caches make their batches by the name `BatchKVCache`, which is pointed at
-    llm/decode_attention.py's `RowMapBatchKVCache` (a batch made inside keeps that class)."""
+    mlx-lm's generator and mlx's losses call `mx.logsumexp`, so mlx's own name is pointed too."""
     if not enabled or mx.default_device().type != mx.cpu:
         yield
         return
     files = {sys.modules[type(layer).__module__] for layer in model.modules()}
-    targets = [(file, _OURS) for file in files] + [(mx, _OURS_IN_MLX), (mlx_lm_cache, _OURS_IN_MLX_LM_CACHE)]
+    targets = [(file, _OURS) for file in files] + [(mx, _OURS_IN_MLX)]
     swapped = [(file, name, theirs, ours) for file, table in targets for name, (theirs, ours) in table.items()
                if getattr(file, name, None) is theirs]
     for file, name, _, ours in swapped:

@@ -11,9 +11,7 @@ from mlx_lm import stream_generate
 from mlx_lm.sample_utils import make_sampler
 
 from llm.format import prompt_tokens
-from llm.generation import (GroupStream, SamplingSettings, _common_length, _prefill, answer_seed, sample,
-                            shared_prefix_length)
-from llm.kept_caches import KeptCaches
+from llm.generation import GroupStream, SamplingSettings, _prefill, answer_seed, sample, shared_prefix_length
 from llm.loading import load_model
 from solver.feedback import feedback
 from solver.setup import load_setup
@@ -158,43 +156,3 @@ def test_an_answer_sampler_draws_greedy_nucleus_and_seeded_tokens() -> None:
     first = draws(7)
     assert draws(7) == first and draws(8) != first
     assert abs(first.count(0) / 400 - 0.6) < 0.08 and abs(first.count(2) / 400 - 0.1) < 0.05
-
-
-def test_a_games_next_turn_continues_the_cache_of_its_last_prompt(tiny_model_dir: Path) -> None:  # noqa: F811
-    """On a CPU a single answer's prompt cache is kept: the game's next prompt (the last one and
-    the turn just played) prefills only what it adds, and gets the answer it gets alone. Not
-    spread (as on a GPU), mlx-lm prefills it from the stream's prefix."""
-    model, tokenizer = load_model(str(tiny_model_dir))
-    _, first, second = _prompts(tokenizer)
-    expected = _one_by_one(model, tokenizer, second)
-    shared = _common_length(first[:-1], second, len(second) - 1)
-    assert 50 < shared < len(first) - 1  # the turns played so far; what the clues say is asked anew
-
-    def second_turn(spread: bool) -> tuple[int, tuple[int, ...]]:
-        stream = GroupStream(model, tokenizer, GREEDY, prefix=first[:50], spread=spread)
-        for prompt in (first, second):
-            before = stream.passes.prefill_tokens
-            stream.submit(prompt, 1)
-            (_, (answer,)), = stream.finished()
-        stream.close()
-        return stream.passes.prefill_tokens - before, answer.tokens
-
-    assert second_turn(spread=True) == (len(second) - 1 - shared, expected)
-    assert second_turn(spread=False) == (len(second) - 1 - 50, expected)
-
-
-def test_kept_caches_let_the_least_recently_used_go_past_their_budget(tiny_model_dir: Path) -> None:  # noqa: F811
-    model, _ = load_model(str(tiny_model_dir))
-    sequences = [list(range(3, 40)), list(range(3, 30)) + [99] * 10, [5] * 37]
-    caches = [_prefill(model, tokens) for tokens in sequences]
-    size = sum(layer.nbytes for layer in caches[0])
-    assert size == sum(layer.nbytes for layer in caches[1]) > 0  # exactly as long as their 37 tokens
-    kept = KeptCaches(budget=2 * size)
-    kept.keep(sequences[0], caches[0])
-    kept.keep(sequences[1], caches[1])
-    assert kept.longest(list(range(3, 35)), 31) == (31, caches[0])  # at most the limit; now the most recent
-    kept.keep(sequences[2], caches[2])  # over the budget: the least recently used, the second, goes
-    assert len(kept) == 2
-    assert kept.longest(list(range(3, 30)) + [99], 40) == (27, caches[0])
-    assert kept.longest([5, 5, 6], 3) == (2, caches[2])
-    assert kept.longest([1, 2], 2) is None
