@@ -11,16 +11,12 @@ if mode == "keep":
         orig_init(self, *a, **k)
         self._recent = deque(maxlen=int(games))
     G.GroupStream.__init__ = init
+    orig_insert = G.GroupStream._insert
     def _insert(self, request, inputs, cache):
-        size = len(request.samplers)
-        if cache and len(inputs) == 1:
+        """Keep a single answer's prompt cache too (the stream keeps groups' itself)."""
+        if cache and len(inputs) == 1 and len(request.samplers) == 1:
             self._recent.append((request.prompt[:-1], cache))
-        uids = self._generator.insert([inputs] * size, [self.settings.max_tokens] * size, caches=[cache] * size,
-                                      samplers=request.samplers, stop_sequences=[self._stops] * size,
-                                      logits_processors=[[request.processor]] if request.processor else None)
-        self._members[request.group] = uids
-        for uid in uids:
-            self._group_of[uid], self._tokens[uid] = request.group, []
+        orig_insert(self, request, inputs, cache)
     G.GroupStream._insert = _insert
 import eval.run as R
 orig = R.play_and_summarise
