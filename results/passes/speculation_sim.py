@@ -81,29 +81,28 @@ def lookup(context: list[int], n: int, k: int) -> list[int]:
     return []
 
 
-def draft(answer: dict, done: list[int], k: int, corpus: Corpus | None, use_lookup: bool,
-          teacher: list[int] | None = None) -> list[int]:
+def draft(answer: dict, done: list[int], k: int, corpus: Corpus | None, teacher: list[int] | None = None) -> list[int]:
     context = (teacher or []) + answer["prompt"] + answer["earlier"] + done
     for n in (4, 3, 2):
         if corpus is not None:
             found, tokens = corpus.draft(done, n)
             if found >= n and tokens:
                 return tokens[:k]
-        if use_lookup and len(context) > n:
+        if len(context) > n:
             tokens = lookup(context, n, k)
             if tokens:
                 return tokens
     return corpus.draft(done, 1)[1][:k] if corpus is not None else []
 
 
-def steps_of(answer: dict, k: int, corpus: Corpus | None, use_lookup: bool, tokenizer=None) -> int:
+def steps_of(answer: dict, k: int, corpus: Corpus | None, tokenizer=None) -> int:
     tokens, t, steps = answer["tokens"], 0, 0
     while t < len(tokens):
         teacher = None
         if tokenizer is not None:
             named = answer["guess"] and answer["guess"] in tokenizer.decode(tokens[:t])
             teacher = answer["expert"] + (answer["own"] if named else [])
-        drafted = draft(answer, tokens[:t], k, corpus, use_lookup, teacher)
+        drafted = draft(answer, tokens[:t], k, corpus, teacher)
         kept = 0
         while kept < len(drafted) and t + kept < len(tokens) and drafted[kept] == tokens[t + kept]:
             kept += 1
@@ -126,14 +125,12 @@ def main(eval_path: str, other_path: str, out_path: str) -> None:
     rows = []
     for drafter in ("lookup", "lookup+online", "lookup+other", "lookup+teacher", "lookup+teacher+other"):
         for k in DRAFTS:
-            steps = []
+            steps, other_corpus = [], Corpus(other_tokens, k) if drafter.endswith("+other") else None
             for r in range(rounds):
-                corpus = None
+                corpus = other_corpus
                 if drafter == "lookup+online":
                     corpus = Corpus([a["tokens"] for a in answers if a["round"] < r], k)
-                elif drafter.endswith("+other"):
-                    corpus = Corpus(other_tokens, k)
-                steps += [(r, steps_of(a, k, corpus, True, tokenizer if "teacher" in drafter else None))
+                steps += [(r, steps_of(a, k, corpus, tokenizer if "teacher" in drafter else None))
                           for a in answers if a["round"] == r]
             total = sum(s for _, s in steps)
             lockstep = sum(max((s for rr, s in steps if rr == r), default=0) for r in range(rounds))
