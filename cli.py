@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """wordle-rl: teach small language models to play Wordle.
 
-Commands: solve, eval, doctor, gen-sft, sft, rl, naming-head, report, pipeline. Each lives in its package's
+Commands: solve, eval, play, doctor, gen-sft, sft, rl, naming-head, report, pipeline. Each lives in its package's
 `commands.py`; this file only wires them together and turns user mistakes into one
 line on stderr with exit code 2.
 """
@@ -55,6 +55,7 @@ def cli() -> None:
 
 def _register() -> None:
     from eval.commands import eval_command
+    from eval.play_command import play_command
     from llm.commands import doctor
     from rl.commands import report_command, rl_command
     from rl.head_command import naming_head_command
@@ -63,7 +64,7 @@ def _register() -> None:
     from sft.gen_command import gen_sft
     from solver.commands import matrix_command, solve
 
-    for command in (solve, matrix_command, eval_command, doctor, gen_sft, sft, rl_command, naming_head_command,
+    for command in (solve, matrix_command, eval_command, play_command, doctor, gen_sft, sft, rl_command, naming_head_command,
                     report_command, pipeline_command):
         cli.add_command(command)
 

@@ -9,7 +9,7 @@ from common.options import flag, given_params, json_option, refuse_owned_output,
 from eval.endgame import DEFAULT_POSITIONS, KIND
 from eval.splits import SPLITS
 from llm.histories import ENDGAME_CANDIDATES
-from llm.options import model_options
+from llm.options import model_options, naming_head_option
 from solver.options import solver_options, word_list_options
 
 # The flags only the solver's play reads, and those only a model's.
@@ -49,10 +49,7 @@ MODEL_FLAGS = ("model", "adapter", "temperature", "top_p", "max_tokens", "batch_
 @click.option("--from-games", type=click.Path(dir_okay=False), default=None,
               help="Endgame positions from a model's own eval JSON (every answer it gave at one) instead of the "
                    "solver's games.")
-@click.option("--naming-head/--no-naming-head", default=True, show_default=True,
-              help="Play with the naming head saved beside --adapter (naming_head.npz, written by `naming-head`), "
-                   "when there is one: where the model writes ' Only', the head names a whole allowed word, never "
-                   "one played or refused at that turn; the rest of every answer is the model's.")
+@naming_head_option
 @model_options
 def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lookahead, top_k,
                  json_path, compare, quiet, constrain_guess, endgame, positions, max_candidates, from_games,

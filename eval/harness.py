@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -65,6 +66,10 @@ class GameRecord:
         }
 
 
+# Called after each answer is applied: (game number, the state it answered, the game since).
+OnMove = Callable[[int, GameState, GameRecord], None]
+
+
 class RegretMeter:
     """How much worse a guess is than the best one at the same position.
 
@@ -87,8 +92,11 @@ class RegretMeter:
 
 
 def play_games(player: Player | GamePlayer, setup: Setup, secrets: list[str], measure_moves: bool = True,
-               show_progress: bool = True) -> list[GameRecord]:
-    """Play one game per secret (game i is `secrets[i]`); returns the records in the order of `secrets`."""
+               show_progress: bool = True, on_move: OnMove | None = None) -> list[GameRecord]:
+    """Play one game per secret (game i is `secrets[i]`); returns the records in the order of `secrets`.
+
+    `on_move(i, before, game)` is called after each answer of game i is applied, with the state it
+    answered (`play` shows each turn as it is played, from this same loop that eval's games run)."""
     columns = setup.lists.secrets(setup.secret_kind)
     index = {w: i for i, w in enumerate(columns)}
     games = [GameRecord(secret, setup.start) for secret in secrets]
@@ -103,7 +111,10 @@ def play_games(player: Player | GamePlayer, setup: Setup, secrets: list[str], me
         while open_games:
             for number, move in per_game.finished():
                 game = games[number]
+                before = game.state
                 _apply(game, move, setup, index[game.secret], meter)
+                if on_move is not None:
+                    on_move(number, before, game)
                 if game.over:
                     open_games -= 1
                     progress.advance(task)
@@ -112,13 +123,19 @@ def play_games(player: Player | GamePlayer, setup: Setup, secrets: list[str], me
     return games
 
 
+def refusal(move: Move, state: GameState) -> str | None:
+    """Why the game does not play `move` at `state` (its parse failure, a word not allowed, a repeat),
+    or None when it is played: the one rule for every player's answers."""
+    if move.failure is not None:
+        return move.failure
+    if move.guess is None or not state.lists.is_allowed(move.guess):
+        return INVALID_WORD
+    return REPEAT if move.guess in state.guesses else None
+
+
 def _apply(game: GameRecord, move: Move, setup: Setup, column: int, meter: RegretMeter | None) -> None:
     state = game.state
-    failure = move.failure
-    if failure is None and (move.guess is None or not setup.lists.is_allowed(move.guess)):
-        failure = INVALID_WORD
-    if failure is None and move.guess in state.guesses:
-        failure = REPEAT
+    failure = refusal(move, state)
     record = MoveRecord(move.guess, failure, move.text)
     game.moves.append(record)
     if failure is not None:

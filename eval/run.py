@@ -105,7 +105,7 @@ def run_eval(setup: Setup, request: EvalRequest, json_path: str | None, show_pro
                                 show_progress=show_progress, setup_seconds=setup_seconds)
     result = {"policy": player.name, "secrets": setup.secret_kind, "split": split, "seed": request.seed,
               "hard": request.solver.hard, "guess_constrained": bool(model and model.constrain_guess),
-              **(_sampling_of(model) if model else {}), **result}
+              **(sampling_of(model) if model else {}), **result}
     if model is not None:
         result["solver_same_secrets"] = solver_beside(setup, request.solver, secrets)
     if json_path:
@@ -121,7 +121,7 @@ def solver_beside(setup: Setup, settings: SolverSettings, secrets: list[str]) ->
     return {key: summary[key] for key in ("wins", "mean_guesses", "histogram")}
 
 
-def _sampling_of(model: ModelSpec) -> dict:
+def sampling_of(model: ModelSpec) -> dict:
     """How the model's answers were sampled: every model figure depends on it."""
     return {"temperature": model.sampling.temperature, "top_p": model.sampling.top_p,
             "max_tokens": model.sampling.max_tokens, "dtype": model.dtype,
@@ -188,7 +188,7 @@ def run_endgame(setup: Setup, request: EndgameRequest, json_path: str | None, sh
                                show_progress, steer and (lambda p: steer(p.state, p.rejected)))
     result = {"kind": KIND, "policy": model.name, "secrets": setup.secret_kind, "split": split,
               "source": source, "seed": request.seed, "max_candidates": request.max_candidates,
-              **_sampling_of(model), **summarise_endgame(records),
+              **sampling_of(model), **summarise_endgame(records),
               "seconds": round(time.perf_counter() - started, 3), "per_position": records}
     if json_path:
         atomic_write_json(json_path, result)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Callable
 
 from rich.console import Console
 from rich.markup import escape
@@ -21,13 +22,19 @@ from solver.words import check_word_shape
 SHOW_CANDIDATES = 12
 
 
-def play_secret(setup: Setup, settings: SolverSettings, word: str, json_path: str | None) -> None:
+def secret_column(setup: Setup, word: str) -> int:
+    """`word`'s column in the pattern matrix, once it is a word of the secrets' list (a one-line
+    error otherwise): what any command that plays a given secret checks first."""
     check_word_shape(word)
     setup.lists.index(word)
     secret_words = setup.lists.secrets(setup.secret_kind)
     if word not in secret_words:
         raise UserError(f"{word!r} is not in the {setup.secret_kind} list; try --secrets allowed")
-    column = secret_words.index(word)
+    return secret_words.index(word)
+
+
+def play_secret(setup: Setup, settings: SolverSettings, word: str, json_path: str | None) -> None:
+    column = secret_column(setup, word)
     solver = setup.solver(settings)
     state = setup.start
     table = Table(title=f"{solver.name} plays {word.upper()}")
@@ -70,8 +77,8 @@ def parse_history(text: str) -> list[tuple[str, int]]:
 
 def advise(setup: Setup, settings: SolverSettings, history_text: str, json_path: str | None) -> None:
     state = state_from_history(setup.lists, setup.matrix, parse_history(history_text), setup.secret_kind)
-    advice = _advice(setup.solver(settings), state)
-    _show_advice(Console(), state, advice)
+    advice = solver_advice(setup.solver(settings), state)
+    show_advice(Console(), state, advice)
     if json_path:
         atomic_write_json(json_path, advice)
 
@@ -80,20 +87,36 @@ QUIT_WORDS = ("q", "quit", "exit")
 
 
 def assist_interactively(setup: Setup, settings: SolverSettings) -> None:
-    """Advise, read the feedback the user got, advise again, until the game is over or the input ends.
+    """The solver's advice for a game the user is playing (`assist`)."""
+    require_stdin()
+    solver = setup.solver(settings)
+    assist(setup, lambda state: solver_advice(solver, state), show_advice)
 
-    A blank line asks again; a mistake is echoed (the user's text as typed, never read as
-    markup) and the game goes on.
-    """
+
+def require_stdin() -> None:
+    """A one-line error, before any work, when there is no input to read the user's feedback from."""
     if sys.stdin is None or sys.stdin.closed:
         raise UserError("standard input is closed: type the feedback at the prompt, or use --history")
+
+
+Advise = Callable[[GameState], dict]
+ShowAdvice = Callable[[Console, GameState, dict], None]
+
+
+def assist(setup: Setup, advise: Advise, show: ShowAdvice) -> None:
+    """Advise, read the feedback the user got, advise again, until the game is over or the input ends.
+
+    `advise(state)` gives a dict whose "next_guess" is the suggestion that the feedback alone
+    (`20100`) reports on; `show` prints it. The solver advises through this loop, and `play`'s
+    model too. A blank line asks again; a mistake is echoed (the user's text as typed, never
+    read as markup) and the game goes on.
+    """
     console = Console()
-    solver = setup.solver(settings)
     state = setup.start
     console.print("Type the feedback you got, e.g. [bold]salet 20100[/] or [bold]salet gybbb[/] "
                   "(just [bold]20100[/] if you played the suggestion); [bold]q[/] quits.")
-    advice = _advice(solver, state)
-    _show_advice(console, state, advice)
+    advice = advise(state)
+    show(console, state, advice)
     while not state.over:
         line = _read_line(console)
         if line is None or line.lower() in QUIT_WORDS:
@@ -105,8 +128,8 @@ def assist_interactively(setup: Setup, settings: SolverSettings) -> None:
         except UserError as err:
             console.print(f"[red]error:[/] {escape(str(err))}")
             continue
-        advice = _advice(solver, state)
-        _show_advice(console, state, advice)
+        advice = advise(state)
+        show(console, state, advice)
 
 
 def _read_line(console: Console) -> str | None:
@@ -118,17 +141,18 @@ def _read_line(console: Console) -> str | None:
         return None
 
 
-def _after_line(setup: Setup, state: GameState, suggested: str, line: str) -> GameState:
+def _after_line(setup: Setup, state: GameState, suggested: str | None, line: str) -> GameState:
     """The game after the turn `line` reports: 'salet 20100', or '20100' for the suggested guess."""
     parts = line.split()
-    if len(parts) not in (1, 2):
+    if len(parts) not in (1, 2) or (len(parts) == 1 and suggested is None):
         raise UserError("type a guess and its feedback, like: salet 20100")
     guess, feedback = (suggested, parts[0]) if len(parts) == 1 else (parts[0].lower(), parts[1])
     turns = [(t.guess, t.pattern) for t in state.turns] + [(guess, parse_pattern(feedback))]
     return state_from_history(setup.lists, setup.matrix, turns, setup.secret_kind)
 
 
-def _advice(solver: EntropySolver, state: GameState) -> dict:
+def solver_advice(solver: EntropySolver, state: GameState) -> dict:
+    """The position (guesses so far, candidates left) and the solver's next guess with its bits."""
     advice: dict = {"history": [{"guess": t.guess, "pattern": pattern_to_string(t.pattern)} for t in state.turns],
                     "remaining": int(len(state.candidates)),
                     "candidates": state.candidate_words(SHOW_CANDIDATES), "won": state.won}
@@ -142,7 +166,8 @@ def _advice(solver: EntropySolver, state: GameState) -> dict:
     return advice
 
 
-def _show_advice(console: Console, state: GameState, advice: dict) -> None:
+def show_advice(console: Console, state: GameState, advice: dict, label: str = "Next guess") -> None:
+    """The tiles so far, the words left and the solver's guess (`label` names whose)."""
     for turn in state.turns:
         console.print(tiles(turn.guess, turn.pattern))
     if advice["won"]:
@@ -153,5 +178,5 @@ def _show_advice(console: Console, state: GameState, advice: dict) -> None:
         return
     words = ", ".join(advice["candidates"]) + (" ..." if advice["remaining"] > SHOW_CANDIDATES else "")
     console.print(f"{advice['remaining']} word(s) remain: {words}")
-    console.print(f"Next guess: [bold]{advice['next_guess'].upper()}[/]  "
+    console.print(f"{label}: [bold]{advice['next_guess'].upper()}[/]  "
                   f"({advice['entropy_bits']:.2f} bits, {advice['expected_left']:.1f} expected left)")
