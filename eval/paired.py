@@ -11,7 +11,8 @@ The per-answer rates (format-valid, consistency, ...) move by a few points betwe
 batches of the same model, so a change is shown with a 95% paired bootstrap interval: the
 shared secrets are drawn with replacement, both models' rates recomputed on the draw (a
 rate is a sum of counts over a sum of answers), and the middle 95% of B - A is the interval.
-An interval that holds 0 is a change 32 games cannot tell from dice.
+An interval that holds 0 is a change 32 games cannot tell from dice, whichever way its point
+estimate leans: the verdict judges every figure, rise or fall, by its interval alone.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ def sign_test_p(only_a: int, only_b: int) -> float:
     return min(1.0, 2 * tail)
 
 
+DIGITS = 6  # decimals a rate's change keeps (1e-4 points): what the verdict judges and the tables show
+MAX_SHOWN_DECIMALS = DIGITS - 2  # in points
+
+
 @dataclass(frozen=True)
 class PairedRate:
     figure: str  # a key of RATE_FIGURES (or of the endgame benchmark's rates)
@@ -69,6 +74,17 @@ class PairedRate:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    def shown(self) -> str:
+        """`+0.02 [+0.00, +0.06]`: the change and its interval in points, with as many decimals as it
+        takes (one at least) for no figure that is not 0 to print as 0: the verdict judges an
+        interval by which side of 0 its ends lie, and a reader must see the same."""
+        values = [100 * v + 0.0 for v in (self.difference, self.low, self.high)]  # + 0.0: no "-0.0"
+        decimals = 1
+        while decimals < MAX_SHOWN_DECIMALS and any(v and not round(v, decimals) for v in values):
+            decimals += 1
+        change, low, high = (f"{v:+.{decimals}f}" for v in values)
+        return f"{change} [{low}, {high}]"
 
 
 def paired_rates(a: dict, b: dict, resamples: int = RESAMPLES, seed: int = 0) -> list[PairedRate]:
@@ -103,8 +119,8 @@ def paired_changes(counts_a: dict[str, dict[str, tuple[int, int]]], counts_b: di
             rates.append(PairedRate(figure, len(shared), None, None, None))
             continue
         low, high = np.percentile(finite, [2.5, 97.5])
-        rates.append(PairedRate(figure, len(shared), round(float(difference[column]), 4),
-                                round(float(low), 4), round(float(high), 4)))
+        rates.append(PairedRate(figure, len(shared), round(float(difference[column]), DIGITS),
+                                round(float(low), DIGITS), round(float(high), DIGITS)))
     return rates
 
 
@@ -148,30 +164,64 @@ VERDICT_LABELS = {"format_valid_rate": "format-valid", "consistency_rate": "cons
 CHANCE = 0.05  # a sign test's p below this is a split of discordant wins that dice rarely give
 
 
+def rose(change: PairedRate) -> bool:
+    """The interval lies above 0: a rise that resampling the shared secrets does not undo."""
+    return change.low > 0
+
+
+def fell(change: PairedRate) -> bool:
+    """The interval lies below 0."""
+    return change.high < 0
+
+
+def wrong_way(change: PairedRate) -> bool:
+    """A must-rise figure that fell, or a must-not-rise one that rose, by its interval (a point
+    estimate on the wrong side with an interval that holds 0 is within noise, not wrong)."""
+    return fell(change) if change.figure in MUST_RISE else rose(change)
+
+
+def unsettled(change: PairedRate) -> bool:
+    """A change the verdict cannot count either way: a must-rise figure whose interval holds 0, or
+    a must-not-rise one that rose by its point estimate while its interval holds 0."""
+    if wrong_way(change):
+        return False
+    return not rose(change) if change.figure in MUST_RISE else change.difference > 0
+
+
 @dataclass(frozen=True)
 class Verdict:
     """Did B improve on A? The wins first: `wins`, paired by secret with the sign test. Then the
-    answer rates: `improved`, every figure of MUST_RISE rose and none of MUST_NOT_RISE did (point
-    estimates); `beyond_noise`, also every rise's interval lies above 0 (`within_noise` names those
-    whose interval holds 0). `wrong_way` names the figures that moved against it; `changes` holds
-    each figure's PairedRate."""
+    answer rates, each judged by its 95% interval in both directions: `wrong_way` names the
+    figures whose interval lies wholly on the wrong side (a must-rise figure below 0, a
+    must-not-rise one above); `within_noise` those whose interval holds 0 where it matters (a
+    must-rise figure, or a must-not-rise one whose point estimate rose); `improved`, nothing went
+    the wrong way and some must-rise figure rose beyond noise; `beyond_noise`, every one did.
+    `changes` holds each figure's PairedRate."""
 
     judged: bool  # both sides have answers for every figure
-    beyond_noise: bool
-    wrong_way: tuple[str, ...]
     changes: tuple[PairedRate, ...]
     wins: PairedWins | None = None
 
     @property
-    def improved(self) -> bool:
-        return self.judged and not self.wrong_way
+    def wrong_way(self) -> tuple[str, ...]:
+        return self._labels(wrong_way) if self.judged else ()
 
     @property
     def within_noise(self) -> tuple[str, ...]:
-        """The rises a resample of the shared secrets cannot tell from no change (an interval that holds 0)."""
-        if not self.improved:
-            return ()
-        return tuple(VERDICT_LABELS[c.figure] for c in self.changes if c.figure in MUST_RISE and c.low <= 0)
+        """The changes a resample of the shared secrets cannot tell from no change (an interval that holds 0)."""
+        return self._labels(unsettled) if self.judged else ()
+
+    @property
+    def improved(self) -> bool:
+        return (self.judged and not self.wrong_way
+                and any(rose(c) for c in self.changes if c.figure in MUST_RISE))
+
+    @property
+    def beyond_noise(self) -> bool:
+        return self.improved and all(rose(c) for c in self.changes if c.figure in MUST_RISE)
+
+    def _labels(self, test) -> tuple[str, ...]:
+        return tuple(VERDICT_LABELS[c.figure] for c in self.changes if test(c))
 
     def to_json(self) -> dict:
         return {"judged": self.judged, "improved": self.improved, "beyond_noise": self.beyond_noise,
@@ -181,7 +231,7 @@ class Verdict:
 
     def line(self, name_a: str, name_b: str) -> str:
         """One sentence a user reads at the end of a run: the wins' sign test first, then the answer
-        rates, naming each figure that is within noise (a rise of one of them proves nothing)."""
+        rates, naming each figure that is within noise (a change of one of them proves nothing)."""
         return f"{self._wins_part(name_a, name_b)}; {self._rates_part()}"
 
     def _wins_part(self, name_a: str, name_b: str) -> str:
@@ -196,28 +246,26 @@ class Verdict:
     def _rates_part(self) -> str:
         if not self.judged:
             return "answer rates not judged (a figure has no answers on one side)"
-        shown = ", ".join(f"{VERDICT_LABELS[c.figure]} {100 * c.difference:+.1f} [{100 * c.low:+.1f}, "
-                          f"{100 * c.high:+.1f}]" for c in self.changes)
-        if not self.improved:
-            return f"answer rates did not improve (wrong way: {', '.join(self.wrong_way)}): {shown} points"
-        if self.beyond_noise:
-            return f"answer rates improved beyond noise: {shown} points"
+        shown = ", ".join(f"{VERDICT_LABELS[c.figure]} {c.shown()}" for c in self.changes)
         within = self.within_noise
-        held = "is within noise (its interval holds 0)" if len(within) == 1 else \
-            "are within noise (their intervals hold 0)"
-        return f"answer rates improved, but {' and '.join(within)} {held}: {shown} points"
+        named = ", ".join(within[:-1]) + " and " + within[-1] if len(within) > 1 else "".join(within)
+        held = "" if not within else (f"{named} is within noise (its interval holds 0)" if len(within) == 1 else
+                                      f"{named} are within noise (their intervals hold 0)")
+        if self.wrong_way:
+            return (f"answer rates did not improve (wrong way beyond noise: {', '.join(self.wrong_way)}"
+                    f"{'; ' + held if held else ''}): {shown} points")
+        if self.beyond_noise:
+            return f"answer rates improved beyond noise{' (' + held + ')' if held else ''}: {shown} points"
+        if self.improved:
+            return f"answer rates improved, but {held}: {shown} points"
+        return f"answer rates did not move beyond noise: {held}: {shown} points"
 
 
 def improvement_verdict(a: dict, b: dict, resamples: int = RESAMPLES, seed: int = 0) -> Verdict:
     """B against A on their shared secrets: the wins paired with the sign test, then format-valid and
-    consistency up, invalid words and repeats not up, judged on the paired rates (the bootstrap intervals)."""
+    consistency up, invalid words and repeats not up, each judged by its paired bootstrap interval."""
     wins = paired_wins(a, b)
     rates = {rate.figure: rate for rate in paired_rates(a, b, resamples, seed)}
     changes = tuple(rates[f] for f in MUST_RISE + MUST_NOT_RISE if f in rates)
     known = len(changes) == len(MUST_RISE + MUST_NOT_RISE) and all(c.difference is not None for c in changes)
-    if not known:
-        return Verdict(False, False, (), changes, wins)
-    wrong = tuple(VERDICT_LABELS[c.figure] for c in changes
-                  if (c.figure in MUST_RISE and c.difference <= 0) or (c.figure in MUST_NOT_RISE and c.difference > 0))
-    beyond = not wrong and all(c.low > 0 for c in changes if c.figure in MUST_RISE)
-    return Verdict(True, beyond, wrong, changes, wins)
+    return Verdict(known, changes, wins)

@@ -161,8 +161,7 @@ def compare_table(a: dict, b: dict, name_a: str, name_b: str) -> Table:
     if rates:
         table.add_row("change, right - left", f"{rates[0].games} secrets", "points [95% interval]")
     for rate in rates:
-        table.add_row(f"  {labels[rate.figure]}", "",
-                      f"{100 * rate.difference:+.1f} [{100 * rate.low:+.1f}, {100 * rate.high:+.1f}]")
+        table.add_row(f"  {labels[rate.figure]}", "", rate.shown())
     return table
 
 
@@ -213,8 +212,7 @@ def compare_endgame(a: dict, b: dict, name_a: str, name_b: str, json_path: str |
     for column in ("figure", name_a, name_b, "change [95% interval]"):
         table.add_column(column, justify="left" if column == "figure" else "right")
     for rate, change in zip(RATES, changes):
-        shown = "-" if change.difference is None else \
-            f"{100 * change.difference:+.1f} [{100 * change.low:+.1f}, {100 * change.high:+.1f}]"
+        shown = "-" if change.difference is None else change.shown()
         table.add_row(ENDGAME_LABELS[rate], _fmt(side_rates[0][rate], "{:.1%}"), _fmt(side_rates[1][rate], "{:.1%}"),
                       shown)
     p_value = sign_test_p(only_a, only_b)

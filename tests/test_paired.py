@@ -124,8 +124,10 @@ def test_verdict_needs_every_figure_to_move_the_right_way():
                             for s in secrets]}
     worse = improvement_verdict(a, repeats)
     assert worse.judged and not worse.improved and worse.wrong_way == ("repeat",)
-    assert "; answer rates did not improve (wrong way: repeat)" in worse.line("A", "B")
-    assert improvement_verdict(a, a).wrong_way == ("format-valid", "consistency")  # no change is no improvement
+    assert "; answer rates did not improve (wrong way beyond noise: repeat)" in worse.line("A", "B")
+    same = improvement_verdict(a, a)  # no change is no improvement, and nothing went the wrong way
+    assert same.wrong_way == () and not same.improved and same.within_noise == ("format-valid", "consistency")
+    assert "answer rates did not move beyond noise: format-valid and consistency are within noise" in same.line("A", "B")
 
 
 def test_verdict_is_not_judged_without_answers():
@@ -169,3 +171,65 @@ def test_the_verdict_leads_with_the_wins_test_and_names_the_figure_within_noise(
                            "(its interval holds 0): format-valid +"), line
     verdict = json.loads(out.read_text())["verdict"]
     assert verdict["within_noise"] == ["consistency"] and verdict["wins"]["only_b"] == 32
+
+
+class ScriptedAnswers:
+    """The solver's moves, with game i's `extra[i]` answers (refused ones) given first at its second turn."""
+
+    name = "scripted"
+
+    def __init__(self, solver, extra: dict[int, list[str]]) -> None:
+        self.solver, self.extra, self.asked = solver, extra, []
+
+    def submit(self, game, state, rejected) -> None:
+        self.asked.append((game, state, rejected))
+
+    def finished(self):
+        from llm.format import NO_TAGS, Move
+
+        asked, self.asked = self.asked, []
+        moves = []
+        for game, state, rejected in asked:
+            pending = self.extra.get(game, []) if len(state.turns) == 1 else []
+            if len(rejected) < len(pending):
+                answer = pending[len(rejected)]
+                move = {"repeat": Move(state.guesses[0]), "garbage": Move(None, "no guess", NO_TAGS)}.get(
+                    answer, Move(answer))
+            else:
+                move = Move(self.solver.choose(state))
+            moves.append((game, move))
+        return moves
+
+
+def test_compare_judges_both_directions_by_the_interval_and_shows_what_it_judged(tmp_path, small_lists_files):
+    """Issue 85: a repeat rise whose interval holds 0 was called "wrong way" by its point estimate, and a
+    small invalid-word rise printed as +0.0 [+0.0, +0.0]. Two evals played by the harness on the same 40
+    secrets: both give a word off the list in games 0-4; A repeats its opener in game 10 and writes no
+    guess tag twice in game 30, B repeats in games 20 and 21 (its invalid-word share rises a little)."""
+    from eval.run import play_and_summarise
+    from solver.setup import load_setup
+
+    setup = load_setup("answers", *map(str, small_lists_files))
+    secrets = list(setup.lists.answers[:40])
+    invalid = {i: ["zzzzz"] for i in range(5)}
+    paths = []
+    for side, extra in (("a", {**invalid, 10: ["repeat"], 30: ["garbage"] * 2}),
+                        ("b", {**invalid, 20: ["repeat"], 21: ["repeat"]})):
+        paths.append(tmp_path / f"eval-{side}.json")
+        paths[-1].write_text(json.dumps(play_and_summarise(ScriptedAnswers(setup.solver(), extra), setup, secrets,
+                                                           show_progress=False)))
+    out = tmp_path / "paired.json"
+    shown = CliRunner().invoke(cli, ["eval", "--compare", *map(str, paths), "--json", str(out)])
+    assert shown.exit_code == 0, shown.output
+    written = json.loads(out.read_text())
+    rates = {r["figure"]: r for r in written["paired_rates"]}
+    repeat, invalid_word = rates["repeat_rate"], rates["invalid_word_rate"]
+    assert repeat["low"] < 0 < repeat["difference"] < repeat["high"]  # rose by its point, within noise
+    assert 0 < invalid_word["difference"] < 0.0005  # a rise of a few hundredths of a point
+    verdict = written["verdict"]
+    assert verdict["wrong_way"] == [] and "repeat" in verdict["within_noise"]
+    text = " ".join(shown.output.split())
+    assert text.split("; answer rates ")[1].startswith(
+        "did not move beyond noise: format-valid, consistency, invalid-word and repeat are within noise (their "
+        "intervals hold 0): format-valid +1.8 [+0.0, +5.4], consistency +0.0 [+0.0, +0.0], invalid-word +0.04 "
+        "[-0.17, +0.26], repeat +0.9 [-1.8, +4.1] points")
