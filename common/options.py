@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 
 import click
 
-from common.errors import UserError
+from common.errors import UserError, note
 from common.fileio import check_writable_file, check_writable_folder
 from common.knobs import Declared, declare
 
@@ -92,6 +92,13 @@ seed_option = knob_option(SEED)
 def flag(name: str) -> str:
     """The flag a parameter name is typed as: group_size -> --group-size."""
     return f"--{name.replace('_', '-')}"
+
+
+def note_unread(flags: Iterable[str], reason: str) -> None:
+    """One note for each flag given that `reason` leaves without effect: a flag the user typed is
+    never dropped unsaid (`rl` took --lr into its record and trained the head with its own)."""
+    for name in flags:
+        note(f"{name} has no effect: {reason}")
 
 
 def given_params(ctx: click.Context) -> frozenset[str]:

@@ -13,6 +13,7 @@ minutes (an RL step, a held-out eval) still shows the run is alive:
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -24,7 +25,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColu
                            TimeElapsedColumn, TimeRemainingColumn)
 from rich.text import Text
 
-from common.errors import UserError
+from common.errors import note
 
 PLAIN_EVERY = 30.0  # seconds between plain lines when the output is not a terminal
 EVERY_ENV = "WORDLE_RL_PROGRESS_EVERY"
@@ -150,10 +151,16 @@ def _clock_time(seconds: float) -> str:
 
 
 def plain_every() -> float:
-    """The heartbeat interval: `WORDLE_RL_PROGRESS_EVERY` seconds when set, else 30. Anything but a
-    finite number of seconds above 0 is a UserError: ignored, a typo would leave a log silent for
-    30 s at a time, and 0 or less would print a line at every update."""
-    raw = os.environ.get(EVERY_ENV, "").strip()
+    """The heartbeat interval: `WORDLE_RL_PROGRESS_EVERY` seconds when set, else 30. cli.py asks
+    before any work, so that a value that is not a finite number of seconds above 0 gets its note
+    at the start of the log (0 or less would print a line at every update)."""
+    return _interval(os.environ.get(EVERY_ENV, "").strip())
+
+
+@functools.lru_cache(maxsize=None)
+def _interval(raw: str) -> float:
+    """`raw` as seconds; a value it cannot be is one note (once: every progress bar asks again), and 30.
+    It was an error, and then every command failed on it, `--help` and those without a bar too."""
     if not raw:
         return PLAIN_EVERY
     try:
@@ -161,8 +168,9 @@ def plain_every() -> float:
     except ValueError:
         seconds = math.nan
     if not (math.isfinite(seconds) and seconds > 0):
-        raise UserError(f"{EVERY_ENV} must be a number of seconds above 0 (e.g. 5), got {raw!r}; "
-                        f"unset it for a line every {PLAIN_EVERY:g} s")
+        note(f"{EVERY_ENV} must be a number of seconds above 0 (e.g. 5), got {raw!r}: plain progress lines come "
+             f"every {PLAIN_EVERY:g} s")
+        return PLAIN_EVERY
     return seconds
 
 

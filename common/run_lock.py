@@ -1,9 +1,11 @@
 """One run per folder, with a lock that a killed run cannot leave stuck.
 
-`sft`, `rl` and `pipeline` hold an exclusive `flock` on RUN/.lock while they work on
-RUN, so a second run given the same `--out` stops with one error line instead of
-logging every step twice. The operating system drops a flock when its process ends,
-however it ends (kill -9 included): the lock file left behind never blocks a resume.
+`gen-sft`, `sft`, `rl` and `pipeline` hold an exclusive `flock` on RUN/.lock while they work
+on RUN, so a second run given the same `--out` stops with one error line instead of
+logging every step twice; `naming-head` holds its `--adapter`'s, so that two fits on one
+adapter cannot leave it the head of whichever ended last. The operating system drops a
+flock when its process ends, however it ends (kill -9 included): the lock file left
+behind never blocks a resume.
 A folder the run created and left holding nothing but the lock (it stopped on an
 error before writing anything) is removed again, and so is a lock file it created in a
 folder it stopped on (one holding another command's output, say). Holding the lock, the run owns the
@@ -26,11 +28,12 @@ LOCK_FILE = ".lock"
 
 
 @contextmanager
-def run_lock(folder: str | os.PathLike) -> Iterator[Path]:
-    """Hold RUN/.lock for the block (creating RUN if needed) and clear leftovers; UserError if another run holds it."""
+def run_lock(folder: str | os.PathLike, flag: str = "--out") -> Iterator[Path]:
+    """Hold RUN/.lock for the block (creating RUN if needed) and clear leftovers; UserError if another run
+    holds it. `flag` is the one that named the folder, for the messages."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
-        raise UserError(f"--out {folder} is a file, not a folder")
+        raise UserError(f"{flag} {folder} is a file, not a folder")
     created = not folder.exists()
     fresh = not (folder / LOCK_FILE).exists()
     try:
@@ -45,7 +48,7 @@ def run_lock(folder: str | os.PathLike) -> Iterator[Path]:
             handle.seek(0)
             holder = handle.read().strip()
             raise UserError(f"{folder} is in use by another run{f' (pid {holder})' if holder.isdigit() else ''}; "
-                            "wait for it to end or choose another --out") from None
+                            f"wait for it to end or choose another {flag}") from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"{os.getpid()}\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from common.errors import UserError, note
-from common.options import flag, given_params, json_option, refuse_owned_output, seed_option
+from common.options import flag, given_params, json_option, note_unread, refuse_owned_output, seed_option
 from eval.endgame import DEFAULT_POSITIONS, KIND
 from eval.splits import SPLITS
 from llm.histories import ENDGAME_CANDIDATES
@@ -79,6 +79,9 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
     if policy == "model" and not model:
         raise UserError("--policy model needs --model PATH|default")
     _note_ignored(given, policy)
+    if policy == "model" and adapter is None and "naming_head" in given:
+        note_unread(["--naming-head" if naming_head else "--no-naming-head"],
+                    "without --adapter there is no naming head (naming-head saves one beside an adapter)")
     if constrain_guess and policy != "model":
         raise UserError("--constrain-guess applies to a model (--model PATH|default)")
     spec = ModelSpec(model, adapter, SamplingSettings(temperature, top_p, max_tokens), batch_size,

@@ -9,7 +9,7 @@ import click
 
 from common.errors import UserError
 from common.knobs import param_name
-from common.options import json_option, refuse_owned_output, writable_file, writable_folder
+from common.options import json_option, note_unread, refuse_owned_output, writable_file, writable_folder
 from rl.config import KNOBS
 from sft.run_folder import claim, continues, note_if_begun, note_starts_again, refuse_changes
 
@@ -17,6 +17,13 @@ HELD_OUT_KEYS = ("heldout_", "best_")  # shown by heldout_table, not summary_tab
 FLAGGED = [entry for entry in KNOBS.values() if entry.knob.flag]  # the knobs a flag of `rl` sets
 OVERRIDES = {param_name(entry.knob.flag): entry.key for entry in FLAGGED}  # each flag's config key
 FLAGS = {entry.key: entry.knob.flag for entry in FLAGGED}  # each key's flag, for messages
+# The settings only one kind of RL reads. Head RL (rl/head_loop.py) draws words from the head at
+# recorded states: no groups of answers, no LoRA optimizer or KL to a reference, no start states,
+# no held-out games (it chooses RUN/best on validation positions). LoRA RL has no head to train.
+LORA_RL_ONLY = ("rollout.group_size", "rollout.games_per_round", "rollout.start", "rollout.start_games",
+                "rollout.any_share", "rollout.turns", "grpo.learning_rate", "grpo.kl_coef",
+                "grpo.micro_batch_tokens", "grpo.groups_per_step", "eval_games", "eval_endgame", "best_by")
+HEAD_RL_ONLY = ("head.games", "head.params")
 
 
 def override_options(f: Callable) -> Callable:
@@ -69,6 +76,7 @@ def rl_command(model, adapter, out, config_path, resume, quiet, json_path, **fla
     given = {name: value for name, value in flags.items() if value is not None}
     overrides = {OVERRIDES[name]: value for name, value in given.items()}
     request = run_request(Path(out), model, adapter, config_path, overrides, resume, not quiet)
+    _note_unread(overrides, request)
     summary = run_rl(request)
     if summary is None:  # a process other than rank 0 under mlx.launch: rank 0 reports
         return
@@ -102,6 +110,20 @@ def run_request(out: Path, model: str | None, adapter: str | None, config_path: 
         note_starts_again(out)
     _refuse_fewer_steps(request)
     return request
+
+
+def _note_unread(overrides: dict, request) -> None:
+    """A note for each flag given that the kind of RL this run does leaves unread."""
+    from rl.loop import trains_head
+
+    if trains_head(request):
+        note_unread([FLAGS[key] for key in LORA_RL_ONLY if key in overrides],
+                    "the start adapter has a naming head, so rl trains the head (head RL), not a LoRA "
+                    "(--head off trains the LoRA)")
+    else:
+        why = "--head off" if request.config.head.train == "off" else "the start adapter has no naming head"
+        note_unread([FLAGS[key] for key in HEAD_RL_ONLY if key in overrides],
+                    f"rl trains a LoRA here ({why}); head RL trains a naming head fitted on --adapter (naming-head)")
 
 
 def _refuse_fewer_steps(request) -> None:

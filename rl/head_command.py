@@ -49,7 +49,25 @@ def naming_head_command(model, adapter, states_path, dtype, quiet, json_path, **
         raise UserError(f"{adapter} is not an adapter folder: it has no {ADAPTER_WEIGHTS}")
     if not os.access(folder, os.W_OK):
         raise UserError(f"cannot write the head into {adapter}: copy the adapter folder somewhere writable")
+    _refuse_adapter_file(states_path, folder)
     record = run_naming_head(model, adapter, HeadSettings(**knobs), states_path, dtype, not quiet)
     click.echo(summary_line(record))
     if json_path:
         atomic_write_json(json_path, record)
+
+
+def _refuse_adapter_file(states_path: str | None, folder: Path) -> None:
+    """--states names the cache of states, never one of the adapter folder's own files: read as states,
+    its weights were "not a naming states file" with the advice to delete it."""
+    from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+    from llm.naming_head import HEAD_FILE
+    from rl.naming_head import RECORD_FILE, STATES_FILE
+
+    if states_path is None:
+        return
+    owned = {os.path.realpath(folder / name): name
+             for name in (ADAPTER_WEIGHTS, ADAPTER_CONFIG, HEAD_FILE, RECORD_FILE)}
+    name = owned.get(os.path.realpath(states_path))
+    if name is not None:
+        raise UserError(f"--states {states_path} is the adapter's own {name}, not a states file: give another "
+                        f"--states file, or leave it out for {folder / STATES_FILE}")

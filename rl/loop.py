@@ -145,6 +145,9 @@ def trains_head(request: RunRequest) -> bool:
 
     setting = request.config.head.train
     has_head = head_beside(request.adapter) is not None
+    if setting == "on" and request.adapter is None:
+        raise UserError("head.train is on (--head on) but no start adapter is given: head RL trains the naming head "
+                        "beside one; give --adapter DIR after running naming-head --adapter DIR")
     if setting == "on" and not has_head:
         raise UserError(f"head.train is on but the start adapter {request.adapter} has no naming head: "
                         "run naming-head on it first")

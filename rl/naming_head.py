@@ -34,7 +34,7 @@ import mlx.optimizers as optim
 import numpy as np
 
 from common.errors import UserError, note
-from common.fileio import atomic_write, atomic_write_json, read_arrays
+from common.fileio import atomic_write, atomic_write_json, check_writable_file, read_arrays
 from common.knobs import knob, knob_like
 from common.options import SEED
 from common.progress import progress_bar
@@ -44,6 +44,7 @@ from llm.cpu_streams import core_streams
 from llm.format import NAMING_WORD, prompt_tokens
 from llm.generation import copy_cache, prefix_cache, shared_prefix_length
 from llm.naming_head import HEAD_FILE, NamingHead, naming_tokens, readout_logits
+from llm.tokenizing import tokens_after
 from llm.vector_exp import vector_exp
 from llm.word_steering import WordTokens, word_basis
 from rl.reward import fit_shares
@@ -60,9 +61,11 @@ STATES_BATCH = 8  # positions per forward pass on one stream (contexts run 300-3
 
 @dataclass(frozen=True)
 class HeadSettings:
+    # Measured on a fit over 3,000 words: below 1e-38 the target's fit/beta overflows float32 and the fit
+    # is NaN from its first epoch; from 1e-4 down to 1e-38 the target is the clues' alone and every figure
+    # the same to 4 digits. So the range starts at 1e-6: nothing is lost, and far from where it breaks.
     beta: float = knob(0.01, "Temperature of the target p*exp(fit/beta): lower trusts the clues more "
-                             "(0.01 was best on validation of 0.005-0.05).", range=(0, 10), open_low=True,
-                       flag="--beta")
+                             "(0.01 was best on validation of 0.005-0.05).", range=(1e-6, 10), flag="--beta")
     rank: int = knob(64, "Rank of the head's correction of the state.", range=(1, 4096), flag="--rank")
     epochs: int = knob(200, "Full-batch epochs over the training positions.", range=(1, 100_000), flag="--epochs")
     lr: float = knob(1e-3, "AdamW learning rate.", range=(0, 1), open_low=True, flag="--lr")
@@ -76,11 +79,12 @@ class HeadSettings:
 
 
 def naming_context(tokenizer, position: EndgamePosition) -> list[int]:
-    """The prompt and the teacher's true thought up to and with ` Only`: the next token names the word."""
+    """The prompt and the teacher's true thought up to and with ` Only`: the next token names the word.
+    The thought's tokens are those the model writes after the prompt (llm/tokenizing.py)."""
     answer = truthful_answer(position.state, position.secret)
     cut = answer.rindex(f" {NAMING_WORD} ")
     return (prompt_tokens(tokenizer, position.state, position.rejected)
-            + tokenizer.encode(answer[:cut], add_special_tokens=False)
+            + list(tokens_after(tokenizer, "\n", [answer[:cut]])[0])
             + list(naming_tokens(tokenizer)))
 
 
@@ -175,10 +179,12 @@ def load_states(path: Path, splits: dict[str, list[EndgamePosition]],
     if not path.exists():
         return {name: np.zeros((0, 0), np.float32) for name in splits}
     fix = "delete it to start again"
-    saved = read_arrays(path, "a naming states file", fix)
+    # A file that does not read as states at all may be anyone's: deleting it is advised only for ours.
+    foreign = f"give another --states file (or, if naming-head wrote this one, {fix})"
+    saved = read_arrays(path, "a naming states file", foreign)
     missing = [key for name in splits for key in (f"{name}_states", f"{name}_keys") if key not in saved]
     if missing:
-        raise UserError(f"{path} is not a naming states file (no {missing[0]}); {fix}")
+        raise UserError(f"{path} is not a naming states file (no {missing[0]}); {foreign}")
     _check_origin(path, saved.get(ORIGIN_KEY), origin)
     states = {}
     for name, positions in splits.items():
@@ -313,6 +319,20 @@ def fit_head(model: nn.Module, vocabulary: WordTokens, states: dict[str, np.ndar
     return head, figures
 
 
+def refuse_diverged(head: NamingHead, figures: dict, settings: HeadSettings, path: Path) -> None:
+    """A fit whose loss, figures or head went NaN or infinite is an error, before anything is saved:
+    written, it would replace a good head at `path` with one that names nothing (an AdamW step of
+    learning rate times weight decay 10 blows the head up; a --beta below 1e-38 did at once)."""
+    points = [*figures["curve"], {"epoch": settings.epochs, **figures["mean_p_after"]}]
+    broken = [point["epoch"] for point in points if not all(np.isfinite(value) for value in point.values())]
+    if not broken and all(np.isfinite(getattr(head, key)).all() for key in ("down", "up", "letters")):
+        return
+    kept = f"{path} keeps the head it had" if path.exists() else "no head was written"
+    raise UserError(f"the naming head's fit diverged (NaN figures by epoch {min(broken, default=settings.epochs)} "
+                    f"with --lr {settings.lr:g}, --weight-decay {settings.weight_decay:g}, --beta {settings.beta:g}): "
+                    f"{kept}; fit again with a lower --lr or --weight-decay")
+
+
 def fit_inputs(tokenizer, splits: dict[str, list[EndgamePosition]]
                ) -> tuple[WordTokens, dict[str, np.ndarray], np.ndarray]:
     """What `fit_head` needs besides the states: every allowed word's tokens, each split's secrets
@@ -325,7 +345,17 @@ def fit_inputs(tokenizer, splits: dict[str, list[EndgamePosition]]
 
 def run_naming_head(model_spec: str, adapter: str, settings: HeadSettings, states_path: str | None,
                     dtype: str = "auto", show_progress: bool = True) -> dict:
-    """`naming-head`: the head fitted on the adapter's states, saved beside it with its record."""
+    """`naming-head`: the head fitted on the adapter's states, saved beside it with its record, holding
+    the adapter folder's run lock (common/run_lock.py) throughout: without it, two fits on one adapter
+    at once both ended well and the folder kept the head of whichever ended last."""
+    from common.run_lock import run_lock
+
+    with run_lock(adapter, "--adapter"):
+        return _fit_and_save(model_spec, adapter, settings, states_path, dtype, show_progress)
+
+
+def _fit_and_save(model_spec: str, adapter: str, settings: HeadSettings, states_path: str | None, dtype: str,
+                  show_progress: bool) -> dict:
     from llm.loading import load_model
 
     folder = Path(adapter)
@@ -334,12 +364,15 @@ def run_naming_head(model_spec: str, adapter: str, settings: HeadSettings, state
     splits = head_positions(settings)
     origin = states_origin(model_spec, adapter)
     held = load_states(states_file, splits, origin)  # read first: a wrong states file is refused before the model loads
+    if any(len(held[name]) < len(positions) for name, positions in splits.items()):
+        check_writable_file(states_file)  # the states are saved as they grow: refused now, not after the passes
     model, tokenizer = load_model(model_spec, adapter, dtype, fuse=True)
     model.eval()
     states = gather_states(model, tokenizer, splits, states_file, held, show_progress, origin)
     gathered = time.perf_counter()
     vocabulary, secrets, fits = fit_inputs(tokenizer, splits)
     head, figures = fit_head(model, vocabulary, states, fits, secrets, settings)
+    refuse_diverged(head, figures, settings, folder / HEAD_FILE)
     head.save(folder / HEAD_FILE)
     record = {"model": model_spec, "adapter": str(adapter), "settings": asdict(settings),
               "positions": {name: len(p) for name, p in splits.items()}, "words": len(vocabulary.words),

@@ -33,10 +33,11 @@ from rich.table import Table
 from common.errors import UserError
 from common.fileio import atomic_write_json, read_json
 from common.knobs import Declared, check_knobs, knob, knob_field, knobs_of
-from common.options import flag
+from common.options import flag, note_unread
 from eval.paired import improvement_verdict
 from eval.report import FIGURES
 from llm import distributed
+from llm.bundled_start import verified_start
 from llm.generation import SamplingSettings
 from rl.config import KNOBS, RLConfig, build_config
 from rl.naming_head import HeadSettings
@@ -166,9 +167,10 @@ class PipelineSettings:
         if start == "bundled" and self.model != "default":
             raise UserError(f"--sft-start bundled is the default model's SFT start, not {self.model}'s: give "
                             "--sft-start scratch or an adapter folder of that model")
-        if start not in SFT_STARTS and not (Path(start) / "adapters.safetensors").is_file():
-            raise UserError(f"--sft-start {start}: not an adapter folder (no adapters.safetensors there); give "
-                            "auto, bundled, scratch or an SFT adapter folder")
+        if start == "bundled":
+            verified_start()  # its weights and config, before any stage (or the model's download) runs
+        if start not in SFT_STARTS:
+            _check_start_folder(Path(start))
 
     def rl_config(self) -> RLConfig:
         """The RL stage's config: the RL knobs set here, and what the pipeline fixes (a checkpoint
@@ -193,10 +195,26 @@ class PipelineSettings:
         return self.sft_start
 
 
+def _check_start_folder(folder: Path) -> None:
+    """An SFT start folder holds both adapter files and a config that reads: it is copied into the run
+    and its stage recorded as done, so a missing config ended in a 46-line traceback, and one that does not
+    read failed every later call on the run's copy."""
+    from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS, read_adapter_config
+
+    missing = [name for name in (ADAPTER_WEIGHTS, ADAPTER_CONFIG) if not (folder / name).is_file()]
+    if missing:
+        raise UserError(f"--sft-start {folder}: not an adapter folder (no {missing[0]} there); give auto, bundled, "
+                        "scratch or an SFT adapter folder")
+    read_adapter_config(folder)
+
+
 # How messages name each setting: by the flag spelt from its name, also where only a recipe sets it.
 NAMES = {f.name: flag(f.name) for f in fields(PipelineSettings)}
 HEAD_RL_FIELDS = ("head_rl_steps", "head_games", "head_eval_every")  # the RL stage's knobs from an SFT start
 SHARED_RL_FIELDS = ("seed", "max_tokens", "dtype")  # and those both RL stages take
+# What a run from an SFT start reads (every other setting is the from-scratch stages'), and what only it reads.
+START_ONLY = ("start_head", "eval_start_head", *HEAD_RL_FIELDS)
+START_READS = frozenset({"model", "sft_start", "eval_games", *START_ONLY, *SHARED_RL_FIELDS})
 # The pipeline's flag behind each RL knob it sets: an RL check names the flag the user gave.
 RL_FLAGS = {f.metadata[RL_KEY]: NAMES[f.name] for f in fields(PipelineSettings)
             if RL_KEY in f.metadata and f.name not in HEAD_RL_FIELDS}
@@ -226,6 +244,9 @@ class Stages:
         asked, recorded = asdict(settings), asdict(self.settings)
         changed = [NAMES[name] for name in sorted(asked if given is None else given & asked.keys())
                    if asked[name] != recorded[name]]
+        if given is not None and "recipe" in given and any(asked[name] != recorded[name]
+                                                           for name in GPU_RECIPE if name not in given):
+            changed.append("--recipe")  # a recipe given sets its sizes, which were silently the run's own
         refuse_changes(out, "a pipeline run", changed, "its settings may not change")
         stages = saved.get("stages", {})
         if not isinstance(stages, dict) or not all(isinstance(s, dict) for s in stages.values()):
@@ -259,7 +280,21 @@ def run_pipeline(out: Path, settings: PipelineSettings, show_progress: bool = Tr
         raise UserError("pipeline runs in one process; under mlx.launch run its stages `sft` and `rl` instead")
     with run_lock(out):
         claim(out, "pipeline")
-        return _run_pipeline(out, Stages(out, settings, given, resume), show_progress)
+        stages = Stages(out, settings, given, resume)
+        _note_unread(stages.settings, given or frozenset())
+        return _run_pipeline(out, stages, show_progress)
+
+
+def _note_unread(settings: PipelineSettings, given: frozenset[str]) -> None:
+    """A note for each flag given that the run's way (from an SFT start, or from scratch) leaves unread."""
+    start = settings.resolved_start
+    if start == "scratch":
+        unread, reason = START_ONLY, "this run's SFT is from scratch: gen-sft, LoRA SFT and LoRA RL"
+    else:
+        unread = tuple(name for name in NAMES if name not in START_READS)
+        reason = (f"this run starts from an SFT adapter ({start}), fits a naming head on it and trains the head "
+                  "(--start-head, --head-rl-steps, --head-games)")
+    note_unread([NAMES[name] for name in unread if name in given], reason)
 
 
 def _run_pipeline(out: Path, stages: Stages, show_progress: bool) -> dict:
@@ -319,7 +354,7 @@ def _from_scratch(out: Path, stages: Stages, show_progress: bool) -> tuple[dict,
 
 def _from_start(out: Path, stages: Stages, show_progress: bool) -> tuple[dict, dict, tuple[str, ...]]:
     """An SFT start (the bundled one or a folder), a naming head fitted on it, and head RL."""
-    from llm.bundled_start import copy_start, verified_start
+    from llm.bundled_start import copy_start
     from rl.loop import RunRequest, run_rl
     from rl.naming_head import run_naming_head
     from sft.checkpoint import latest_checkpoint
@@ -329,7 +364,6 @@ def _from_start(out: Path, stages: Stages, show_progress: bool) -> tuple[dict, d
     sft_dir, rl_dir = out / "sft" / "adapter", out / "rl"
     console = Console()
     if start == "bundled":
-        verified_start()
         console.print("SFT from scratch takes hours on a CPU (2,400 steps of 16): this run starts from the bundled "
                       "SFT start (llm/sft_start/, the GPU recipe's SFT stage) and runs the RL stage; --sft-start "
                       "scratch runs the from-scratch demo instead.", markup=False, highlight=False)

@@ -188,3 +188,21 @@ def test_bad_adapter_config_is_one_line(tmp_path, tiny_model_dir, content, messa
                                 '{"role": "assistant", "content": "a"}]}\n')
     assert_one_error(run("sft", "--model", tiny_model_dir, "--data", data, "--adapter", adapter,
                          "--out", tmp_path / "run", "--iters", 1), message)
+
+
+@pytest.mark.parametrize("files, message", [
+    ({"adapters.safetensors": b""}, "--sft-start {start}: not an adapter folder (no adapter_config.json there); give "
+                                    "auto, bundled, scratch or an SFT adapter folder"),
+    ({"adapters.safetensors": b"", "adapter_config.json": BINARY}, "adapter_config.json is not UTF-8 text"),
+    ({"adapters.safetensors": b"", "adapter_config.json": "{}"}, "is not an mlx-lm adapter config (no num_layers)"),
+])
+def test_a_pipeline_start_without_a_whole_adapter_config_is_one_line(tmp_path, files, message):
+    """Issue 85: a start folder with weights and no adapter_config.json passed the check and ended in a
+    46-line FileNotFoundError where the SFT stage copies it; a config that does not read is refused as early."""
+    start = tmp_path / "start"
+    for name, content in files.items():
+        write(start / name, content)
+    out = tmp_path / "run"
+    assert_one_error(run("pipeline", "--model", tmp_path / "no-model", "--sft-start", start, "--out", out),
+                     message.format(start=start))
+    assert not out.exists()

@@ -98,3 +98,91 @@ def test_a_decision_store_in_the_way_is_refused_before_the_solvers_work(tmp_path
                      f"the solver's decisions cannot be stored: {store} is a folder, not a file; remove what is in "
                      "the way, set WORDLE_RL_CACHE to another folder, or pass --cold")
     assert not (cache / "openers.json").exists() and not out.exists()
+
+
+def notes_then_error(result) -> tuple[list[str], str]:
+    """The `note:` lines a run printed before it stopped on its one `error:` line (exit 2, no traceback)."""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 2 and lines and lines[-1].startswith("error:"), result.output
+    assert "Traceback" not in result.output and all(line.startswith("note: ") for line in lines[:-1]), result.output
+    return lines[:-1], lines[-1]
+
+
+@pytest.fixture
+def start(tmp_path):
+    """An adapter folder with a naming head beside it, as far as the flags' notes look (no model loads)."""
+    from llm.naming_head import HEAD_FILE
+
+    folder = tmp_path / "start"
+    folder.mkdir()
+    (folder / "adapters.safetensors").write_bytes(b"")
+    (folder / "adapter_config.json").write_text(json.dumps({"num_layers": 2}))
+    (folder / HEAD_FILE).write_bytes(b"")
+    return folder
+
+
+def test_every_flag_the_run_leaves_unread_gets_a_note(tmp_path, start):
+    """Issue 85: `rl` with a head beside the adapter took --lr, --group-size and --kl-coef into its
+    config.json and trained the head with its own; LoRA RL took --head-games, --head-params; the
+    pipeline from an SFT start took the from-scratch flags and from scratch the start's; eval took
+    --no-naming-head with no adapter. One note for each, naming the flag, before the run's work
+    (here it then stops on the missing model)."""
+    model = tmp_path / "no-model"
+    head_rl = "the start adapter has a naming head, so rl trains the head (head RL), not a LoRA (--head off trains " \
+              "the LoRA)"
+    notes, _ = notes_then_error(run("rl", "--model", model, "--adapter", start, "--out", tmp_path / "rl1", "--lr", 1e-4,
+                                    "--group-size", 8, "--kl-coef", 0.1, "--head-games", 4))
+    assert notes == [f"note: {name} has no effect: {head_rl}" for name in ("--group-size", "--lr", "--kl-coef")]
+    (start / "naming_head.npz").unlink()
+    notes, _ = notes_then_error(run("rl", "--model", model, "--adapter", start, "--out", tmp_path / "rl2",
+                                    "--head-games", 4, "--head-params", "arrays", "--lr", 1e-4))
+    lora_rl = "rl trains a LoRA here (the start adapter has no naming head); head RL trains a naming head fitted on " \
+              "--adapter (naming-head)"
+    assert notes == [f"note: {name} has no effect: {lora_rl}" for name in ("--head-games", "--head-params")]
+
+    notes, _ = notes_then_error(run("pipeline", "--model", model, "--sft-start", start, "--out", tmp_path / "p1",
+                                    "--sft-iters", 3, "--naming-head", 5, "--rl-steps", 2, "--group-size", 8,
+                                    "--start-head", 4))
+    from_start = f"this run starts from an SFT adapter ({start}), fits a naming head on it and trains the head " \
+                 "(--start-head, --head-rl-steps, --head-games)"
+    assert notes == [f"note: {name} has no effect: {from_start}"
+                     for name in ("--sft-iters", "--rl-steps", "--group-size", "--naming-head")]
+    notes, _ = notes_then_error(run("pipeline", "--model", model, "--sft-start", "scratch", "--out", tmp_path / "p2",
+                                    "--start-head", 4, "--head-rl-steps", 2, "--eval-start-head", "--sft-iters", 3))
+    scratch = "this run's SFT is from scratch: gen-sft, LoRA SFT and LoRA RL"
+    assert notes == [f"note: {name} has no effect: {scratch}"
+                     for name in ("--start-head", "--eval-start-head", "--head-rl-steps")]
+    assert not any((tmp_path / name).exists() for name in ("rl1", "rl2", "p1", "p2"))
+
+    notes, _ = notes_then_error(run("eval", "--model", model, "--no-naming-head", "--games", 1, "--quiet"))
+    assert notes == ["note: --no-naming-head has no effect: without --adapter there is no naming head (naming-head "
+                     "saves one beside an adapter)"]
+
+
+def test_head_on_without_an_adapter_says_so(tmp_path):
+    """Issue 85: it said "the start adapter None has no naming head"."""
+    assert_one_error(run("rl", "--head", "on", "--out", tmp_path / "rl"),
+                     "head.train is on (--head on) but no start adapter is given: head RL trains the naming head "
+                     "beside one; give --adapter DIR after running naming-head --adapter DIR")
+    assert not (tmp_path / "rl").exists()
+
+
+def test_states_naming_an_adapter_file_is_refused_as_that_file(start):
+    """Issue 85: `naming-head --states ADAPTER/adapters.safetensors` was "not a naming states file" with
+    the advice to delete it (the adapter's own weights)."""
+    for name in ("adapters.safetensors", "adapter_config.json", "naming_head.npz"):
+        assert_one_error(run("naming-head", "--model", "unused", "--adapter", start, "--states", start / name),
+                         f"--states {start / name} is the adapter's own {name}, not a states file: give another "
+                         f"--states file, or leave it out for {start / 'naming_states.npz'}")
+    assert sorted(p.name for p in start.iterdir()) == ["adapter_config.json", "adapters.safetensors", "naming_head.npz"]
+
+
+def test_a_states_file_that_cannot_be_written_is_refused_before_the_model_loads(tmp_path, start):
+    """Issue 85: a --states path that cannot be written was found only after the model had loaded and
+    computed the first states (here the model is missing: the write is refused first)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    states = blocker / "states.npz"
+    assert_one_error(run("naming-head", "--model", tmp_path / "no-model", "--adapter", start, "--states", states,
+                         "--positions", 2, "--validation-positions", 1, "--quiet"),
+                     f"cannot write {states}: {blocker} is not a folder")

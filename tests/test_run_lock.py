@@ -1,4 +1,5 @@
-"""One run per --out folder: a second sft, rl or pipeline refuses in one line; a killed run leaves no stuck lock."""
+"""One run per --out folder (per --adapter for naming-head): a second sft, rl, pipeline or naming-head refuses in
+one line; a killed run leaves no stuck lock."""
 
 from __future__ import annotations
 
@@ -42,6 +43,19 @@ def test_a_second_run_on_the_same_folder_refuses(tmp_path, command):
         result = CliRunner().invoke(cli, [*command, "--out", str(out)])
     assert one_error_line(result) == (f"error: {out} is in use by another run (pid {os.getpid()}); "
                                       "wait for it to end or choose another --out")
+
+
+def test_a_second_naming_head_on_the_same_adapter_refuses(tmp_path):
+    """Issue 85: two fits on one adapter at once both exited 0 and the folder kept the head of
+    whichever ended last; naming-head takes the lock of its --adapter folder, as sft its --out."""
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapters.safetensors").write_bytes(b"")
+    with run_lock(adapter):
+        result = CliRunner().invoke(cli, ["naming-head", "--model", "unused", "--adapter", str(adapter)])
+    assert one_error_line(result) == (f"error: {adapter} is in use by another run (pid {os.getpid()}); "
+                                      "wait for it to end or choose another --adapter")
+    assert sorted(p.name for p in adapter.iterdir()) == [LOCK_FILE, "adapters.safetensors"]
 
 
 def test_a_killed_run_leaves_no_stuck_lock(tmp_path):

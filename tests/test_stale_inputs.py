@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import asdict
 
 import mlx.core as mx
 import numpy as np
@@ -20,10 +21,12 @@ from test_naming_head import tiny_adapter  # noqa: F401  (fixture)
 from test_sft import conversations, data_dir, tiny_args  # noqa: F401  (fixtures)
 
 from cli import cli
+from common.errors import UserError
 from llm.adapter_files import ADAPTER_WEIGHTS, save_adapter
 from llm.loading import load_model
-from llm.naming_head import HEAD_FILE
-from rl.naming_head import ORIGIN_KEY, STATES_FILE
+from llm.naming_head import HEAD_FILE, NamingHead
+from rl.naming_head import ORIGIN_KEY, RECORD_FILE, STATES_FILE
+from rl.pipeline import GPU_RECIPE, STAGES_FILE, PipelineSettings
 from sft.lora import AdapterSettings, attach_adapter, trainable_weights
 
 
@@ -167,12 +170,18 @@ def test_compare_refuses_nan_figures_results_without_a_shared_secret_and_the_fla
 
 
 @pytest.mark.parametrize("every", ["abc", "0", "-5", "nan", "inf"])
-def test_a_progress_interval_that_is_not_a_positive_number_is_refused_before_any_work(every, tmp_path):
-    """WORDLE_RL_PROGRESS_EVERY=abc was ignored, 0, -5 and nan printed a line at every update."""
-    result = CliRunner().invoke(cli, ["eval", "--games", 1, "--quiet", "--json", str(tmp_path / "e.json")],
-                                env={"WORDLE_RL_PROGRESS_EVERY": every})
-    assert_one_error(result, f"WORDLE_RL_PROGRESS_EVERY must be a number of seconds above 0 (e.g. 5), got {every!r}")
-    assert not (tmp_path / "e.json").exists()
+def test_a_progress_interval_that_is_not_a_positive_number_is_one_note_and_30_s(every, monkeypatch):
+    """WORDLE_RL_PROGRESS_EVERY=abc was ignored, 0, -5 and nan printed a line at every update; then it
+    was an error, and every command failed on it, --help included (issue 85). Now one note, before
+    any work, and plain lines every 30 s."""
+    from common.progress import PLAIN_EVERY, plain_every
+
+    result = CliRunner().invoke(cli, ["eval", "--help"], env={"WORDLE_RL_PROGRESS_EVERY": every})
+    assert result.exit_code == 0 and "Usage:" in result.stdout
+    assert result.stderr == (f"note: WORDLE_RL_PROGRESS_EVERY must be a number of seconds above 0 (e.g. 5), got "
+                             f"{every!r}: plain progress lines come every 30 s\n")
+    monkeypatch.setenv("WORDLE_RL_PROGRESS_EVERY", every)
+    assert plain_every() == PLAIN_EVERY == 30
 
 
 def test_sft_again_on_a_run_killed_before_its_first_checkpoint_says_it_starts_again(tmp_path, tiny_model_dir,  # noqa: F811
@@ -186,3 +195,56 @@ def test_sft_again_on_a_run_killed_before_its_first_checkpoint_says_it_starts_ag
     again = run("sft", *args)
     assert again.exit_code == 0, again.output
     assert again.stderr.splitlines() == [f"note: {run_dir} has no checkpoint yet; its run starts again from step 0"]
+
+
+def test_a_fit_that_diverges_is_an_error_and_the_head_it_had_stays(tiny_model_dir, tiny_adapter):  # noqa: F811
+    """Issue 85: `naming-head --beta 1e-300` printed `validation 0.000 -> nan`, exited 0 and replaced
+    a good head with a NaN one. Below 1e-38 the fit breaks at once, so --beta starts at 1e-6; a fit
+    that goes NaN within the range all the same (AdamW with --lr 1 --weight-decay 10) is one error."""
+    NamingHead(**head_arrays()).save(tiny_adapter / HEAD_FILE)  # a good head, as a fit leaves it
+    (tiny_adapter / RECORD_FILE).write_text("{}")
+    kept = {name: (tiny_adapter / name).read_bytes() for name in (HEAD_FILE, RECORD_FILE)}
+    assert_one_error(run("naming-head", "--model", tiny_model_dir, "--adapter", tiny_adapter, *HEAD_FLAGS,
+                         "--beta", "1e-300"), "'--beta': 1e-300 is not in the range 1e-06<=x<=10")
+    assert_one_error(run("naming-head", "--model", tiny_model_dir, "--adapter", tiny_adapter, *HEAD_FLAGS,
+                         "--epochs", 20, "--lr", 1, "--weight-decay", 10),
+                     "the naming head's fit diverged (NaN figures by epoch 20 with --lr 1, --weight-decay 10, --beta "
+                     f"0.01): {tiny_adapter / HEAD_FILE} keeps the head it had; fit again with a lower --lr or "
+                     "--weight-decay")
+    assert {name: (tiny_adapter / name).read_bytes() for name in kept} == kept
+    assert NamingHead.load(tiny_adapter / HEAD_FILE).beta == pytest.approx(0.01)
+
+
+def test_a_changed_recipe_on_a_pipeline_run_is_refused_and_named(tmp_path):
+    """Issue 85: `pipeline --out R --recipe gpu` on a CPU run exited 0 and went on with the CPU
+    sizes, unsaid. A recipe that sets what the run has is fine (it stops at the missing model)."""
+    model = str(tmp_path / "no-model")
+    for recipe, other in (("cpu", "gpu"), ("gpu", "cpu")):
+        out = tmp_path / recipe
+        out.mkdir()
+        settings = PipelineSettings(model=model, **(GPU_RECIPE if recipe == "gpu" else {}))
+        (out / STAGES_FILE).write_text(json.dumps({"settings": asdict(settings), "stages": {}}))
+        assert_one_error(run("pipeline", "--out", out, "--recipe", other),
+                         f"{out} holds a pipeline run that continues as it started: its settings may not change (got "
+                         "--recipe); choose another --out for a new run")
+        assert_one_error(run("pipeline", "--out", out, "--recipe", recipe), f"model folder not found: {model}")
+
+
+def test_the_bundled_starts_config_is_checked_before_anything_is_recorded(tmp_path, monkeypatch):
+    """Issue 85: a bundled start whose adapter_config.json had its LoRA scale 20 -> 200 was used
+    silently (only the weights' digest was checked), and a broken one was reported under the run's
+    copy with the SFT stage recorded as done. Now it is one error naming the file in llm/sft_start/."""
+    from llm.adapter_files import ADAPTER_CONFIG
+    from llm.bundled_start import FOLDER, SHA256, copy_start, verified_start
+
+    copy = copy_start(tmp_path / "start")
+    config = json.loads((copy / ADAPTER_CONFIG).read_text())
+    config["lora_parameters"]["scale"] = 200.0
+    (copy / ADAPTER_CONFIG).write_text(json.dumps(config, indent=4))
+    with pytest.raises(UserError, match=f"the bundled SFT start {copy / ADAPTER_CONFIG} is damaged or changed"):
+        verified_start(copy)
+    monkeypatch.setitem(SHA256, ADAPTER_CONFIG, "0" * 64)  # the shipped config no longer the one recorded
+    out = tmp_path / "run"
+    assert_one_error(run("pipeline", "--out", out), f"the bundled SFT start {FOLDER / ADAPTER_CONFIG} is damaged or "
+                                                    "changed", "restore it (git checkout -- llm/sft_start)")
+    assert not out.exists()
