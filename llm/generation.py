@@ -25,10 +25,11 @@ from typing import Callable
 import mlx.core as mx
 import numpy as np
 from mlx_lm.generate import BatchGenerator, StopSequences
-from mlx_lm.models.cache import KVCache, make_prompt_cache
+from mlx_lm.models.cache import KVCache, RotatingKVCache, make_prompt_cache
 from mlx_lm.sample_utils import apply_top_p
 
 from llm.cpu_streams import core_streams
+from llm.tokenizing import tokens_after
 from llm.vector_exp import categorical, vector_exp
 
 STOP_TEXT = "</guess>"
@@ -114,10 +115,8 @@ class Completion:
 def stop_sequences(tokenizer) -> StopSequences:
     """End of sequence, or the closing guess tag however the tokenizer splits it in context."""
     sequences = [[t] for t in tokenizer.eos_token_ids]
-    for text in (STOP_TEXT, " " + STOP_TEXT, "a" + STOP_TEXT):
-        ids = tokenizer.encode(text, add_special_tokens=False)
-        if text[0] == "a":
-            ids = ids[len(tokenizer.encode("a", add_special_tokens=False)):]
+    alone = [tokenizer.encode(text, add_special_tokens=False) for text in (STOP_TEXT, " " + STOP_TEXT)]
+    for ids in [*alone, *(list(ids) for ids in tokens_after(tokenizer, "a", [STOP_TEXT]))]:
         if ids and ids not in sequences:
             sequences.append(ids)
     return StopSequences(sequences)
@@ -133,23 +132,45 @@ def _prefill(model, tokens: list[int], start: list | None = None, start_length: 
 def _continued(model, tokens: list[int], start: list | None = None, start_length: int | None = None) -> list:
     """KV cache of `tokens` (lazy: computed when evaluated, so that several streams can work at
     once), continuing the first `start_length` positions (all by default) of the cache `start`,
-    which stays as it was.
-
-    mlx-lm's KVCache writes new keys into its buffer in place while the buffer has room,
-    and mx.array slice assignment is seen through every reference to that array: a cache
-    continued from a shared buffer would overwrite the prefix's spare room, which the
-    other groups continued from the same prefix use too. So the start's keys and values
-    are sliced to new arrays, and the first write here allocates a buffer of its own.
-    """
-    cache = make_prompt_cache(model)
-    if start is not None:
-        for layer, begun in zip(cache, start):
-            keys, values, offset = begun.state
-            length = offset if start_length is None else start_length
-            layer.state = (keys[..., :length, :], values[..., :length, :], length)
+    which stays as it was (`first_positions`: `start` must hold them)."""
+    cache = make_prompt_cache(model) if start is None else \
+        [first_positions(layer, layer.offset if start_length is None else start_length) for layer in start]
     if tokens:
         model(mx.array(tokens)[None], cache=cache)
     return cache
+
+
+def first_positions(layer, length: int, rows: int = 1):
+    """A cache of `layer`'s kind holding its first `length` positions (repeated for `rows`
+    sequences), or None when `layer` no longer holds them all: a sliding window's cache
+    (Gemma 3's `RotatingKVCache`) once it has let its oldest keys go or wrapped around, or a cache
+    of another kind.
+
+    mlx-lm's caches write new keys into their buffer in place while it has room, and mx.array
+    slice assignment is seen through every reference to that array: a cache continued from a
+    shared buffer would overwrite the prefix's spare room, which the other groups continued from
+    the same prefix use too. So the keys and values are sliced to new arrays, and the first write
+    to the copy allocates a buffer of its own."""
+    def head(array: mx.array) -> mx.array:
+        return mx.repeat(array[..., :length, :], rows, axis=0) if rows > 1 else array[..., :length, :]
+
+    if not holds_first(layer, length):
+        return None
+    if type(layer) is KVCache:
+        copy = KVCache()
+        copy.state = (head(layer.keys), head(layer.values), length) if length else (None, None, 0)
+        return copy
+    copy = RotatingKVCache(layer.max_size, layer.keep)
+    if length:
+        copy.state = (head(layer.keys), head(layer.values), length, layer.keep, layer.max_size, length)
+    return copy
+
+
+def holds_first(layer, length: int) -> bool:
+    """Whether `layer` (one layer's cache) still holds its first `length` positions, in order."""
+    if type(layer) is KVCache:
+        return length <= layer.offset
+    return type(layer) is RotatingKVCache and length <= layer.offset == layer._idx  # nothing let go or wrapped
 
 
 def prefix_cache(model, tokens: list[int]) -> list:
@@ -157,13 +178,12 @@ def prefix_cache(model, tokens: list[int]) -> list:
     return _prefill(model, tokens) if tokens else []
 
 
-def copy_cache(layer: KVCache, rows: int) -> KVCache:
+def copy_cache(layer, rows: int):
     """A cache holding `layer`'s keys and values repeated for `rows` sequences; writing to it
-    leaves `layer` as it was."""
-    keys, values, offset = layer.state
-    copy = KVCache()
-    copy.state = (mx.repeat(keys[..., :offset, :], rows, axis=0), mx.repeat(values[..., :offset, :], rows, axis=0),
-                  offset)
+    leaves `layer` as it was (`first_positions`)."""
+    copy = first_positions(layer, layer.offset, rows)
+    if copy is None:
+        raise ValueError(f"a {type(layer).__name__} that no longer holds all its positions cannot be shared")
     return copy
 
 
@@ -339,11 +359,12 @@ class GroupStream:
 
     def _prefix_cache(self, prompt: list[int]) -> tuple[int, list | None]:
         """How many leading tokens of `prompt` a known cache holds (leaving it one token of its
-        own), and a cache of exactly those."""
+        own), and a cache of exactly those. A cache that no longer holds its first positions (a
+        sliding window's, past its window) is no start for another prompt."""
         best, length = None, 0
         for tokens, cache in (*self._system, *self._recent):
             shared = _common_length(tokens, prompt, len(prompt) - 1)
-            if shared > length:
+            if shared > length and all(holds_first(layer, shared) for layer in cache):
                 best, length = (tokens, cache), shared
         if best is None:
             return 0, None

@@ -15,6 +15,8 @@ from typing import Callable
 import mlx.core as mx
 import numpy as np
 
+from llm.tokenizing import tokens_after
+
 OPEN_TAG, CLOSE_TAG = "<guess>", "</guess>"
 
 
@@ -23,10 +25,7 @@ class GuessVocabulary:
     sharing a prefix are one contiguous range and a node of the trie is a range."""
 
     def __init__(self, tokenizer, words: tuple[str, ...]) -> None:
-        texts = [f" {w}{CLOSE_TAG}" for w in words]
-        backend = getattr(tokenizer, "backend_tokenizer", None)  # a fast tokenizer encodes 12,972 words at once
-        encoded = ([e.ids for e in backend.encode_batch(texts, add_special_tokens=False)] if backend is not None
-                   else [tokenizer.encode(t, add_special_tokens=False) for t in texts])
+        encoded = tokens_after(tokenizer, OPEN_TAG, [f" {w}{CLOSE_TAG}" for w in words])  # as written in the tag
         order = sorted(range(len(words)), key=lambda i: encoded[i])
         self.sequences = [tuple(encoded[i]) for i in order]
         self.position = {words[i]: rank for rank, i in enumerate(order)}

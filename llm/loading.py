@@ -14,6 +14,7 @@ are what training updates and saves, and small updates vanish in bf16's 8-bit ma
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import mlx.core as mx
@@ -25,10 +26,12 @@ from common.errors import UserError
 from common.fileio import read_json
 from common.knobs import declare
 from llm.adapter_files import ADAPTER_CONFIG, ADAPTER_LEAVES, ADAPTER_WEIGHTS, STACKED_ON
+from llm.tokenizing import check_tokenizer
 
 # What loading a folder or an adapter raises for broken files (bad JSON, truncated
 # safetensors, unknown model_type, shape mismatches, missing config keys).
 _LOAD_ERRORS = (OSError, ValueError, RuntimeError, KeyError, TypeError, AttributeError)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")  # fast, SentencePiece, byte-level BPE
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
 DTYPE_CHOICES = ("auto", *DTYPES)
 # Every command's --dtype, and every settings' dtype (common/knobs.py knob_like).
@@ -59,11 +62,13 @@ def load_model(
     from mlx_lm.utils import dequantize_model, load
 
     path = resolve_model(spec)
-    read_json(path / "config.json", "model config")  # mlx-lm's own errors are Python's words
+    config = read_json(path / "config.json", "model config")  # mlx-lm's own errors are Python's words
+    check_folder(config, path)
     try:
         model, tokenizer = load(str(path))
     except _LOAD_ERRORS as err:
         raise UserError(f"cannot load the model in {path}: {_one_line(err)}") from err
+    check_tokenizer(tokenizer, path)
 
     weights = resolve_dtype(dtype)
     model = dequantize_model(model)
@@ -73,6 +78,24 @@ def load_model(
             fuse_adapter_layers(model)
     cast_floats(model, weights)
     return model, tokenizer
+
+
+def check_folder(config, path: Path) -> None:
+    """A one-line error naming `path` when its config.json names no architecture mlx-lm has code for
+    (mlx-lm says only "Model type X not supported."), or it holds no tokenizer (transformers then
+    builds one from the model type, with no chat template or none of the model's tokens)."""
+    from mlx_lm.utils import MODEL_REMAPPING
+
+    kind = config.get("model_type") if isinstance(config, dict) else None
+    if not isinstance(kind, str) or not kind:
+        raise UserError(f"{path / 'config.json'} names no model_type: it is not an mlx-lm or Hugging Face model config")
+    if importlib.util.find_spec(f"mlx_lm.models.{MODEL_REMAPPING.get(kind, kind)}") is None:
+        raise UserError(f"{path / 'config.json'} names model_type {kind!r}, an architecture this mlx-lm has no code "
+                        "for (llama, mistral, qwen2, qwen3, gemma3_text, phi3 and others are tested here; a newer "
+                        "mlx-lm may know it)")
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise UserError(f"{path} holds no tokenizer ({', '.join(TOKENIZER_FILES)}): copy the model's tokenizer files "
+                        "beside its config.json")
 
 
 def portable_spec(spec: str) -> str:

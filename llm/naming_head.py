@@ -36,6 +36,7 @@ import numpy as np
 from common.errors import UserError
 from common.fileio import atomic_write, read_arrays
 from llm.format import NAMING_WORD
+from llm.tokenizing import tokens_after
 
 HEAD_FILE = "naming_head.npz"  # beside the adapter it was fitted on: eval uses it when present
 LETTERS = 26
@@ -77,9 +78,10 @@ def readout_logits(states: mx.array, embeddings: mx.array, down: mx.array, up: m
 
 
 def naming_tokens(tokenizer) -> tuple[int, ...]:
-    """The tokens of ` Only`, which the model reads just before it names the word: where the head
-    acts (one token for SmolLM2's tokenizer; a tokenizer may split it)."""
-    return tuple(tokenizer.encode(" " + NAMING_WORD, add_special_tokens=False))
+    """The tokens of ` Only` after the sentence before it, which the model reads just before it
+    names the word: where the head acts (one token for SmolLM2's tokenizer; a tokenizer may split
+    it, and a SentencePiece-style one writes it otherwise alone than in a thought)."""
+    return tokens_after(tokenizer, ".", [" " + NAMING_WORD])[0]
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,10 @@ import mlx.nn as nn
 import numpy as np
 
 from common.errors import UserError
-from llm.format import Rejection
+from llm.format import NAMING_WORD, Rejection
 from llm.naming_head import NamingHead, naming_tokens, readout_logits, spelling_features
+from llm.output_layer import output_layer, output_split, output_weight
+from llm.tokenizing import tokens_after
 from solver.state import GameState
 
 
@@ -40,8 +42,15 @@ class WordTokens:
 
     @classmethod
     def of(cls, tokenizer, words: list[str]) -> WordTokens:
-        sequences = tuple(tuple(tokenizer.encode(" " + w, add_special_tokens=False)) for w in words)
+        """The words' tokens as the model writes them after the naming word. A tokenizer with no
+        token that opens a word with a letter (every word a bare space token, then its letters)
+        leaves the head nothing to score words by: a one-line `UserError`."""
+        sequences = tuple(tokens_after(tokenizer, NAMING_WORD, [" " + w for w in words]))
         first = np.array([s[0] for s in sequences], dtype=np.int64)
+        if not any(any(c.isalpha() for c in tokenizer.decode([int(t)])) for t in np.unique(first)):
+            raise UserError("the naming head cannot serve this model: its tokenizer opens no word with a token that "
+                            f"holds a letter (each word after a space starts with {tokenizer.convert_ids_to_tokens(int(first[0]))!r} "
+                            "alone), so there are no word tokens to score words by")
         _, inverse, counts = np.unique(first, return_inverse=True, return_counts=True)
         padded = np.full((len(words), max(len(s) for s in sequences) + 1), -1, dtype=np.int64)
         for row, sequence in enumerate(sequences):
@@ -157,15 +166,15 @@ class WordSteering:
 Processor = Callable[[mx.array, mx.array], mx.array]
 
 
-def output_layer(model: nn.Module) -> Callable[[mx.array], mx.array]:
-    """Final hidden states to next-token logits, as the model makes them (tied embeddings or a head)."""
-    return model.model.embed_tokens.as_linear if model.args.tie_word_embeddings else model.lm_head
-
-
 def word_basis(model: nn.Module, vocabulary: WordTokens) -> tuple[mx.array, mx.array, mx.array]:
     """What a head scores each word through: its first token's output embedding, its spelling
-    features and its share of that token (the `readout_logits` arguments besides the head's own)."""
-    weight = model.model.embed_tokens.weight if model.args.tie_word_embeddings else model.lm_head.weight
+    features and its share of that token (the `readout_logits` arguments besides the head's own).
+    A model whose logits are not its final state through that layer (llm/output_layer.py) has no
+    such embeddings: a one-line `UserError`."""
+    if output_split(model) is None:
+        raise UserError("the naming head cannot serve this model: its logits are not its final hidden state through "
+                        "one output layer (lm_head or the tied embeddings), which the head scores words by")
+    weight = output_weight(model)
     return (weight[mx.array(vocabulary.first)].astype(mx.float32), mx.array(spelling_features(vocabulary.words)),
             mx.array(vocabulary.offsets))
 

@@ -25,6 +25,7 @@ from dataclasses import replace
 import numpy as np
 
 from llm.generation import Completion
+from llm.tokenizing import tokens_after
 from rl.reward import RewardScorer
 from rl.rollout import Group
 from sft.cot import expert_answer
@@ -41,7 +42,7 @@ class ExpertGuide:
 
     def __call__(self, group: Group) -> Group:
         text = expert_answer(self.expert, group.state)
-        tokens = tuple(self.tokenizer.encode(text, add_special_tokens=False))
+        tokens = tokens_after(self.tokenizer, "\n", [text])[0]  # as the model writes it after the chat's prompt
         completions = [*group.completions, Completion(text, tokens, "stop")]
         rewards = self.scorer.score([c.text for c in completions], group.state, group.secret)
         return replace(group, completions=completions, rewards=rewards, expert_members=group.expert_members + 1)

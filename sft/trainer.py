@@ -17,9 +17,9 @@ The output layer runs on the answer positions only. With a 49k-token vocabulary 
 costs a fifth of the model's forward pass, and the full (batch x length x vocab)
 logits of mlx-lm's `default_loss` dominate memory, yet only the ~20% of positions
 that are answer tokens carry loss: gathering them first makes a SmolLM2 step about a
-third faster. This relies on the mlx-lm convention `model.model` (the transformer) +
-`lm_head` or tied embeddings; the split is checked against `model(...)` once, and
-a model that does not follow it is run whole.
+third faster. The split (llm/output_layer.py: `model.model`, the transformer, then
+`lm_head` or the tied embeddings) is checked against `model(...)` once, and a model
+that does not follow it is run whole.
 
 Batches come from `BatchOrder`: examples sorted by length and cut into batches (as
 mlx-lm's `iterate_batches` does, so padding stays small), the batch order shuffled per
@@ -48,7 +48,7 @@ from mlx_lm.tuner.utils import build_schedule
 
 from common.knobs import knob
 from llm import distributed
-from llm.tolerance import logit_tolerance, weight_dtype
+from llm.output_layer import output_split
 from sft.data import Conversation, Tokenized, tokenize
 
 PAD_MULTIPLE = 32  # as mlx-lm: few distinct shapes, so few recompilations
@@ -133,28 +133,6 @@ def collate(examples: list[Tokenized]) -> Batch:
     weights = np.zeros(len(answer_at), np.float32)
     weights[:count] = 1.0
     return Batch(mx.array(inputs), mx.array(answer_at, mx.int32), mx.array(weights), sum(lengths), count)
-
-
-def output_split(model: nn.Module) -> tuple[Callable, Callable] | None:
-    """(transformer, output layer) of an mlx-lm model, if calling them in turn equals `model`."""
-    body = getattr(model, "model", None)
-    if not isinstance(body, nn.Module):
-        return None
-    if "lm_head" in model:
-        head = model.lm_head
-    elif hasattr(body, "embed_tokens") and hasattr(body.embed_tokens, "as_linear"):
-        head = body.embed_tokens.as_linear
-    else:
-        return None
-    probe, training = mx.array([[1, 2, 3, 4]]), model.training
-    rtol, atol = logit_tolerance(weight_dtype(model))  # a GPU's TF32 or half precision is no mismatch
-    model.eval()  # no dropout while comparing
-    try:
-        same = mx.allclose(head(body(probe)), model(probe), rtol=rtol, atol=atol).item()
-    except (TypeError, ValueError):
-        same = False
-    model.train(training)
-    return (body, head) if same else None
 
 
 def answer_loss_for(model: nn.Module) -> Callable[[nn.Module, mx.array, mx.array, mx.array], tuple]:
