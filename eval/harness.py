@@ -23,7 +23,7 @@ from llm.format import NOT_ALLOWED as INVALID_WORD
 from solver.entropy import guess_score, score_guesses
 from solver.feedback import pattern_to_string
 from solver.setup import Setup
-from solver.state import GameState
+from solver.state import MAX_GUESSES, GameState
 
 MAX_INVALID_IN_A_ROW = 3
 LOSS_GUESSES = 7  # what a lost game counts in a mean over all games
@@ -96,31 +96,44 @@ def play_games(player: Player | GamePlayer, setup: Setup, secrets: list[str], me
     """Play one game per secret (game i is `secrets[i]`); returns the records in the order of `secrets`.
 
     `on_move(i, before, game)` is called after each answer of game i is applied, with the state it
-    answered (`play` shows each turn as it is played, from this same loop that eval's games run)."""
+    answered (`play` shows each turn as it is played, from this same loop that eval's games run).
+    The progress counts turns (`_settled_turns`), the unit every answer round advances."""
     columns = setup.lists.secrets(setup.secret_kind)
     index = {w: i for i, w in enumerate(columns)}
     games = [GameRecord(secret, setup.start) for secret in secrets]
     meter = RegretMeter(setup) if measure_moves else None
     per_game = by_game(player)
-    progress = progress_bar("games", disable=not show_progress)
+    progress = progress_bar("turns", disable=not show_progress)
     with progress:
-        task = progress.add_task(f"{player.name}", total=len(games))
+        task = progress.add_task(_games_over(player.name, 0, len(games)), total=MAX_GUESSES * len(games))
         for number, game in enumerate(games):
             per_game.submit(number, game.state, game.rejected)
         open_games = len(games)
         while open_games:
             for number, move in per_game.finished():
                 game = games[number]
-                before = game.state
+                before, settled = game.state, _settled_turns(game)
                 _apply(game, move, setup, index[game.secret], meter)
                 if on_move is not None:
                     on_move(number, before, game)
-                if game.over:
-                    open_games -= 1
-                    progress.advance(task)
-                else:
+                open_games -= game.over
+                progress.update(task, advance=_settled_turns(game) - settled,
+                                description=_games_over(player.name, len(games) - open_games, len(games)))
+                if not game.over:
                     per_game.submit(number, game.state, game.rejected)
     return games
+
+
+def _settled_turns(game: GameRecord) -> int:
+    """How many of the game's MAX_GUESSES turns are behind it: those played, and all of them once it
+    is over. A batched eval plays every game at once, so a count of finished games stood at 3 of 64
+    while all 64 were under way, and its rate and ETA with it; turns advance with every played
+    guess from the first round on, and reach MAX_GUESSES a game exactly when the last one ends."""
+    return MAX_GUESSES if game.over else len(game.state.turns)
+
+
+def _games_over(name: str, over: int, games: int) -> str:
+    return f"{name}, {over}/{games} games over"
 
 
 def refusal(move: Move, state: GameState) -> str | None:

@@ -88,4 +88,4 @@ def test_a_command_writing_to_a_log_prints_progress_lines(monkeypatch, tmp_path)
     result = CliRunner().invoke(cli, ["eval", "--policy", "solver", "--games", "5", "--seed", "1",
                                       "--json", str(tmp_path / "eval.json")])
     assert result.exit_code == 0, result.output
-    assert "games/s, elapsed 0:00:0" in result.output and "5/5 games" in result.output
+    assert "turns/s, elapsed 0:00:0" in result.output and "5/5 games over: 30/30 turns" in result.output
