@@ -61,11 +61,12 @@ def _register() -> None:
     from rl.head_command import naming_head_command
     from rl.pipeline_command import pipeline_command
     from sft.commands import sft
+    from sft.export_command import export_command
     from sft.gen_command import gen_sft
     from solver.commands import matrix_command, solve
 
     for command in (solve, matrix_command, eval_command, play_command, doctor, gen_sft, sft, rl_command, naming_head_command,
-                    report_command, pipeline_command):
+                    report_command, pipeline_command, export_command):
         cli.add_command(command)
 
 

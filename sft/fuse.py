@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -18,9 +19,11 @@ import mlx.nn as nn
 from common.errors import UserError
 from common.fileio import atomic_replace_dir
 from llm.generation import SamplingSettings, sample
-from llm.loading import fuse_adapter_layers, load_model, resolve_model
+from llm.loading import load_model, resolve_model
 
 QUANTIZATION_KEYS = ("quantization", "quantization_config")
+# What write_fused does, in order; its `on_stage` hears each name as it begins (a progress display).
+FUSE_STAGES = ("load", "save", "check")
 
 
 @dataclass(frozen=True)
@@ -46,15 +49,21 @@ def check_same_greedy(reference: nn.Module, candidate: nn.Module, tokenizer, pro
 
 
 def write_fused(model_spec: str, adapter: str | Path, out_dir: str | Path, prompts: list[list[int]],
-                max_tokens: int = 48) -> FuseCheck:
-    """Write base + adapter as one mlx-lm model folder at `out_dir`, only once it checks out."""
+                max_tokens: int = 48, dtype: str = "auto",
+                beside: Callable[[Path, FuseCheck], None] | None = None,
+                on_stage: Callable[[str], None] = lambda stage: None) -> FuseCheck:
+    """Write base + adapter as one mlx-lm model folder at `out_dir`, only once it checks out.
+
+    The adapter is fused as `eval` fuses it (`load_model(..., fuse=True)`: in float32, before the cast
+    to `dtype`), so the folder holds the very weights eval plays. `beside(folder, check)` may add files
+    (a prompt format, a record) to the folder before it appears: all of it appears at once or none."""
     from mlx_lm.utils import load_config, save
 
     if not prompts:
         raise UserError("fusing needs at least one sample prompt to check the fused model against")
-    reference, tokenizer = load_model(model_spec, adapter)
-    fused, _ = load_model(model_spec, adapter)
-    fuse_adapter_layers(fused)
+    on_stage("load")
+    reference, tokenizer = load_model(model_spec, adapter, dtype)
+    fused, _ = load_model(model_spec, adapter, dtype, fuse=True)
     source = resolve_model(model_spec)
     config = load_config(source)
     if not any(isinstance(m, nn.QuantizedLinear) for _, m in fused.named_modules()):
@@ -63,9 +72,13 @@ def write_fused(model_spec: str, adapter: str | Path, out_dir: str | Path, promp
     result: list[FuseCheck] = []
 
     def build(folder: Path) -> None:
+        on_stage("save")
         save(folder, source, fused, tokenizer, config, donate_model=True)
-        reloaded, _ = load_model(str(folder))
+        on_stage("check")
+        reloaded, _ = load_model(str(folder), dtype=dtype)
         result.append(check_same_greedy(reference, reloaded, tokenizer, prompts, max_tokens))
+        if beside is not None:
+            beside(folder, result[0])
 
     atomic_replace_dir(out_dir, build)
     return result[0]
