@@ -58,6 +58,7 @@ def _register() -> None:
     from eval.play_command import play_command
     from llm.commands import doctor
     from rl.commands import report_command, rl_command
+    from rl.distill_command import distill_command
     from rl.head_command import naming_head_command
     from rl.pipeline_command import pipeline_command
     from sft.commands import sft
@@ -65,8 +66,8 @@ def _register() -> None:
     from sft.gen_command import gen_sft
     from solver.commands import matrix_command, solve
 
-    for command in (solve, matrix_command, eval_command, play_command, doctor, gen_sft, sft, rl_command, naming_head_command,
-                    report_command, pipeline_command, export_command):
+    for command in (solve, matrix_command, eval_command, play_command, doctor, gen_sft, sft, rl_command,
+                    distill_command, naming_head_command, report_command, pipeline_command, export_command):
         cli.add_command(command)
 
 

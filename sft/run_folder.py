@@ -43,6 +43,8 @@ OUTPUTS = {
     "pipeline": Output("a pipeline run", frozenset({"stages.json", "data", "sft", "rl", "summary.json",
                                                     "eval-base.json", "eval-sft.json", "eval-rl.json"}),
                        "stages.json"),
+    "distill": Output("a distill run", frozenset({"distill.json", "checkpoints", "latest", "metrics.jsonl", "adapter",
+                                                  "best", "summary.json"}), "distill.json"),
 }
 # What each run's run.json holds that the other's does not.
 _RUN_FILE_KEYS = {"sft": "trajectory", "rl": "start_adapter"}

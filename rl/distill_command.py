@@ -1,0 +1,49 @@
+"""`distill`: the naming head's choices taught to the model itself (rl/distill.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from common.knobs import declared
+from common.options import json_option, knob_options, refuse_owned_output, writable_folder
+from llm.options import dtype_option
+from rl.distill import DistillSettings
+
+
+@click.command("distill")
+@click.option("--model", default="default", show_default=True,
+              help="mlx-lm model folder, Hugging Face id, or 'default' (SmolLM2-135M-Instruct, embedded).")
+@click.option("--adapter", required=True, type=click.Path(file_okay=False),
+              help="The start adapter, with the naming head to distil beside it (naming-head writes it).")
+@click.option("--out", required=True, type=click.Path(file_okay=False), callback=writable_folder,
+              help="The run folder: checkpoints, metrics.jsonl, best/ (chosen on held-out validation) and adapter/.")
+@knob_options(declared(DistillSettings))
+@dtype_option
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@json_option
+def distill_command(model, adapter, out, dtype, quiet, json_path, **knobs) -> None:
+    """Teach the model to name what its naming head names: at fresh one-candidate positions of
+    training words (the allowed list's, never a held-out one), the model's own next token at
+    ' Only' is trained toward the head's word distribution summed over each word's first token,
+    with a LoRA on the top --layers layers. The head stays behind: OUT/best and OUT/adapter are
+    ordinary mlx-lm adapters that play without it (eval --no-naming-head, export, mlx_lm.generate).
+
+    Held-out validation positions are read every --eval-every steps; OUT/best is the best of them.
+    Run the same command again to continue from the last checkpoint (only --steps may change)."""
+    from common.fileio import atomic_write_json
+    from common.run_lock import run_lock
+    from rl.distill import run_distill
+    from sft.run_folder import claim
+
+    refuse_owned_output(json_path, "--json", [("--out", out), ("--adapter", adapter), ("--model", model)])
+    claim(Path(out), "distill")
+    with run_lock(out):
+        summary = run_distill(model, adapter, out, DistillSettings(**knobs), dtype, not quiet)
+    best = summary["best"]
+    click.echo(f"distill: {summary['positions_seen']:,} positions in {summary['steps']} steps; best step "
+               f"{best['step']}: held-out validation top-1 {best['validation']['top1']:.3f} (the head "
+               f"{summary['head']['validation']['top1']:.3f}), training answers {best['train']['top1']:.3f}")
+    if json_path:
+        atomic_write_json(json_path, summary)
