@@ -368,9 +368,10 @@ def _fit_and_save(model_spec: str, adapter: str, settings: HeadSettings, states_
         check_writable_file(states_file)  # the states are saved as they grow: refused now, not after the passes
     model, tokenizer = load_model(model_spec, adapter, dtype, fuse=True)
     model.eval()
+    vocabulary, secrets, fits = fit_inputs(tokenizer, splits)
+    word_basis(model, vocabulary)  # a model the head cannot serve is refused now, not after the passes
     states = gather_states(model, tokenizer, splits, states_file, held, show_progress, origin)
     gathered = time.perf_counter()
-    vocabulary, secrets, fits = fit_inputs(tokenizer, splits)
     head, figures = fit_head(model, vocabulary, states, fits, secrets, settings)
     refuse_diverged(head, figures, settings, folder / HEAD_FILE)
     head.save(folder / HEAD_FILE)

@@ -152,10 +152,12 @@ def test_the_naming_head_refuses_a_tokenizer_with_no_word_tokens_in_one_line(set
     with pytest.raises(UserError, match="cannot serve this model: its tokenizer opens no word with a token") as error:
         word_basis(model, WordTokens.of(tokenizer, list(setup.lists.allowed)))
     assert "\n" not in str(error.value)
-    result = run_cli("naming-head", "--model", tiny, "--adapter", write_adapter(tiny, tmp_path / "adapter"),
-                     "--positions", 2, "--validation-positions", 2, "--epochs", 1)
+    adapter = write_adapter(tiny, tmp_path / "adapter")
+    result = run_cli("naming-head", "--model", tiny, "--adapter", adapter, "--positions", 2,
+                     "--validation-positions", 2, "--epochs", 1)
     assert result.exit_code == 2 and result.output.count("error:") == 1, result.output
     assert "no word with a token that holds a letter" in result.output
+    assert not (adapter / "naming_states.npz").exists()  # refused before the model's passes
     assert run_cli("eval", "--model", tiny, "--games", 1, "--max-tokens", 8, "--quiet").exit_code == 0
 
 
@@ -238,7 +240,8 @@ def test_every_stage_runs_on_a_family(architecture, tokenizer_kind, models_root,
 
     tiny = str(cached_tiny_model(models_root, architecture=architecture, tokenizer=tokenizer_kind))
     scratch = PipelineSettings(model=tiny, sft_games=12, sft_iters=3, rl_steps=2, rl_games=2, group_size=2,
-                               eval_games=2, max_tokens=12, ei_replay=2, ei_drill=1, ei_drill_depth=1, naming_head=4)
+                               eval_games=2, max_tokens=12, ei_replay=2, ei_drill=1, ei_drill_depth=1, naming_head=4,
+                               rl_schedule="ei:1,grpo:1")
     out = tmp_path / "scratch"
     real_save, saves = sft.run.save_checkpoint, []
 
