@@ -18,6 +18,7 @@ import click
 from common.errors import UserError, note
 from common.fileio import check_writable_file, check_writable_folder
 from common.knobs import Declared, declare
+from common.run_kinds import made_folder
 
 
 def _checked(check: Callable) -> Callable:
@@ -114,9 +115,11 @@ def refuse_owned_output(path: str | None, flag: str, folders: Iterable[tuple[str
                         inputs: Iterable[tuple[str, str | None]] = ()) -> None:
     """The one rule for what an output file (--json, --png) may replace: never a file inside a folder
     the command writes or reads whole (a run, a dataset, an adapter, a model: `sft --out R --json
-    R/run.json` replaced the record the run resumes from), nor a file it reads. Each folder and
-    input comes as (the flag or argument that named it, its path); symlinks are followed, as the
-    write would follow them."""
+    R/run.json` replaced the record the run resumes from), nor a file it reads (`eval --answers A
+    --json A` replaced the word list), nor a file inside a folder another command made
+    (common/run_kinds.py: `gen-sft --json OTHER_DATA/train.jsonl`). Each folder and input comes as
+    (the flag or argument that named it, its path); symlinks are followed, as the write would follow
+    them."""
     if path is None:
         return
     target = Path(os.path.realpath(path))
@@ -127,6 +130,26 @@ def refuse_owned_output(path: str | None, flag: str, folders: Iterable[tuple[str
     for label, source in inputs:
         if source is not None and target == Path(os.path.realpath(source)):
             raise UserError(f"{flag} {path} is {label} {source}, which this command reads: name another file")
+    made = made_folder(target)
+    if made is not None:
+        raise UserError(f"{flag} {path} is inside {made[0]}, {made[1]}: its files are that command's own; name a "
+                        "file outside it")
+
+
+def refuse_out_over_inputs(out: str, reads: Iterable[tuple[str, str | None]], flag: str = "--out") -> None:
+    """The one rule for where an output folder may be: never what the command reads, inside it or
+    holding it. Its writes would land on its own input, and a run made inside an input folder went
+    with it when that folder's owner replaced it (`sft` replacing R/adapter took an RL run made in
+    R/adapter/rl along). Each input comes as (the flag that named it, its path); one that does not
+    exist (`--model default`, a hub id) is no folder here."""
+    target = Path(os.path.realpath(out))
+    for label, source in reads:
+        if source is None or not os.path.lexists(source):
+            continue
+        read = Path(os.path.realpath(source))
+        if target.is_relative_to(read) or read.is_relative_to(target):
+            where = "is" if target == read else "is inside" if target.is_relative_to(read) else "holds"
+            raise UserError(f"{flag} {out} {where} {label} {source}, which this command reads: choose another {flag}")
 
 
 def json_option(f: Callable) -> Callable:

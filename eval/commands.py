@@ -10,7 +10,7 @@ from eval.endgame import DEFAULT_POSITIONS, KIND
 from eval.splits import SPLITS
 from llm.histories import ENDGAME_CANDIDATES
 from llm.options import model_options, naming_head_option
-from solver.options import solver_options, word_list_options
+from solver.options import solver_options, word_list_inputs, word_list_options
 
 # The flags only the solver's play reads, and those only a model's.
 SOLVER_FLAGS = ("hard", "lookahead", "top_k")
@@ -62,7 +62,8 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
 
     given = given_params(click.get_current_context())
     refuse_owned_output(json_path, "--json", [("--adapter", adapter), ("--model", model)],
-                        [("--compare", path) for path in compare or ()] + [("--from-games", from_games)])
+                        [("--compare", path) for path in compare or ()] + [("--from-games", from_games)]
+                        + word_list_inputs(answers, allowed))
     if compare:
         _refuse_unread(given - {"compare", "json_path", "quiet"}, "--compare shows two results already played")
         a, b = (load_result(p) for p in compare)

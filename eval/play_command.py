@@ -9,7 +9,7 @@ import click
 from common.errors import UserError, note
 from common.options import given_params, json_option, refuse_owned_output, seed_option
 from llm.options import naming_head_option, one_answer_model_options
-from solver.options import word_list_options
+from solver.options import word_list_inputs, word_list_options
 
 if TYPE_CHECKING:
     from eval.run import ModelSpec
@@ -38,7 +38,8 @@ def play_command(word, history, game, secrets, answers, allowed, seed, json_path
     from solver.setup import load_setup
 
     given = given_params(click.get_current_context())
-    refuse_owned_output(json_path, "--json", [("--adapter", adapter), ("--model", model)])
+    refuse_owned_output(json_path, "--json", [("--adapter", adapter), ("--model", model)],
+                        word_list_inputs(answers, allowed))
     if not model:
         raise UserError("play needs the model that plays: --model PATH|default")
     if word is not None and history is not None:

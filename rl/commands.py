@@ -9,7 +9,8 @@ import click
 
 from common.errors import UserError
 from common.knobs import param_name
-from common.options import json_option, note_unread, refuse_owned_output, writable_file, writable_folder
+from common.options import (json_option, note_unread, refuse_out_over_inputs, refuse_owned_output, writable_file,
+                            writable_folder)
 from rl.config import KNOBS
 from sft.run_folder import claim, continues, note_if_begun, note_starts_again, refuse_changes
 
@@ -71,8 +72,9 @@ def rl_command(model, adapter, out, config_path, resume, quiet, json_path, **fla
     from common.fileio import atomic_write_json
     from rl.loop import run_rl
 
-    refuse_owned_output(json_path, "--json", [("--out", out), ("--adapter", adapter), ("--model", model)],
-                        [("--config", config_path)])
+    files = [("--config", config_path), ("--start-games", flags["start_games"])]
+    refuse_owned_output(json_path, "--json", [("--out", out), ("--adapter", adapter), ("--model", model)], files)
+    refuse_out_over_inputs(out, [("--adapter", adapter), ("--model", model), *files])
     given = {name: value for name, value in flags.items() if value is not None}
     overrides = {OVERRIDES[name]: value for name, value in given.items()}
     request = run_request(Path(out), model, adapter, config_path, overrides, resume, not quiet)

@@ -8,7 +8,8 @@ import click
 
 from common.errors import UserError
 from common.knobs import declared
-from common.options import given_params, json_option, knob_options, refuse_owned_output, writable_folder
+from common.options import (given_params, json_option, knob_options, refuse_out_over_inputs, refuse_owned_output,
+                            writable_folder)
 from rl.pipeline import RECIPES, PipelineSettings, recipe_for
 
 
@@ -20,6 +21,14 @@ def _refuse_games_start(settings: PipelineSettings, out: Path) -> None:
                         "with --rl-start any or endgame, or run its RL stage yourself with rl's --start-games: "
                         f"rl --adapter {out / 'sft' / 'adapter'} --out {out / 'rl'} --start games "
                         "--start-games GAMES.json (an eval --split train --json file)")
+
+
+def _start_folder(settings: PipelineSettings) -> str | None:
+    """The adapter folder the run starts from, if any: the bundled one, or the folder --sft-start names."""
+    from llm.bundled_start import FOLDER
+
+    start = settings.resolved_start
+    return None if start == "scratch" else str(FOLDER) if start == "bundled" else start
 
 
 @click.command("pipeline")
@@ -53,9 +62,11 @@ def pipeline_command(out, recipe, resume, json_path, **flags) -> None:
     from common.fileio import atomic_write_json
     from rl.pipeline import comparison_table, run_pipeline
 
-    refuse_owned_output(json_path, "--json", [("--out", out), ("--model", flags["model"])])
     given = given_params(click.get_current_context())
     settings = PipelineSettings(**{**flags, **recipe_for(recipe), **{k: v for k, v in flags.items() if k in given}})
+    reads = [("--model", flags["model"]), ("the SFT start", _start_folder(settings))]
+    refuse_owned_output(json_path, "--json", [("--out", out), *reads])
+    refuse_out_over_inputs(out, reads)
     _refuse_games_start(settings, Path(out))
     summary = run_pipeline(Path(out), settings, given=given, resume=resume)
     console = Console()

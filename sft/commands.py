@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from common.options import given_params, json_option, knob_options, refuse_owned_output, writable_folder
+from common.options import (given_params, json_option, knob_options, refuse_out_over_inputs, refuse_owned_output,
+                            writable_folder)
 from sft.config import KNOBS, SFTConfig
 
 
@@ -37,8 +38,9 @@ def sft(model, data, out, adapter, resume, fuse, quiet, json_path, **knobs) -> N
     from common.fileio import atomic_write_json
     from sft.run import run_sft
 
-    refuse_owned_output(json_path, "--json", [("--out", out), ("--data", data), ("--adapter", adapter),
-                                              ("--model", model)])
+    reads = [("--data", data), ("--adapter", adapter), ("--model", model)]
+    refuse_owned_output(json_path, "--json", [("--out", out), *reads])
+    refuse_out_over_inputs(out, reads)
     config = SFTConfig(model=model, data=data, out=out, adapter=adapter, **knobs)
     summary = run_sft(config, resume=resume, fuse=fuse, show_progress=not quiet,
                       given=given_params(click.get_current_context()))

@@ -13,9 +13,9 @@ from rich.table import Table
 from common.errors import UserError
 from common.fileio import atomic_replace_dir, atomic_write_json
 from common.knobs import knobs_of
-from common.options import json_option, knob_options, refuse_owned_output, replaced_folder
+from common.options import json_option, knob_options, refuse_out_over_inputs, refuse_owned_output, replaced_folder
 from sft.gen_data import GenSettings
-from solver.options import solver_options, word_list_options
+from solver.options import solver_options, word_list_inputs, word_list_options
 from solver.policy import SolverSettings
 
 
@@ -40,7 +40,8 @@ def gen_sft(out, secrets, answers, allowed, hard, lookahead, top_k, model, overw
 
     from common.run_lock import run_lock
 
-    refuse_owned_output(json_path, "--json", [("--out", out)])
+    refuse_owned_output(json_path, "--json", [("--out", out), ("--model", model)], word_list_inputs(answers, allowed))
+    refuse_out_over_inputs(out, [*word_list_inputs(answers, allowed), ("--model", model)])
     check_out_path(Path(out))
     with run_lock(out):  # no run may be writing into the folder this one replaces
         check_out_dir(Path(out), overwrite)
@@ -65,7 +66,7 @@ def generate_dataset(out: Path, settings: GenSettings, model: str | None, secret
 
     from sft.gen_data import (deal_games, play_examples, secrets_by_split, secrets_used, split_summary,
                               token_lengths, write_dataset)
-    from sft.run_folder import OUTPUTS
+    from common.run_kinds import OUTPUTS
     from common.progress import progress_bar
     from solver.decision_store import remembered
     from solver.entropy import guess_score

@@ -1,6 +1,7 @@
 """What an --out folder holds, and the one rule for running a command on it again.
 
-`gen-sft`, `sft`, `rl` and `pipeline` each write their own kind of folder. A command
+`gen-sft`, `sft`, `rl`, `pipeline` and `distill` each write their own kind of folder
+(common/run_kinds.py, where no output file of any command may land either). A command
 takes an empty folder or one of its own kind; any other (`sft --out DATA_DIR`, or
 `gen-sft --overwrite` on an SFT run) is refused before anything is written there: a run
 mixed into a dataset, or a dataset swapped in over a run, cannot be undone.
@@ -16,38 +17,12 @@ are the run's own.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from common.errors import UserError, note
 from common.fileio import LEFTOVER
+from common.run_kinds import OUTPUTS, kinds_marked
 from common.run_lock import LOCK_FILE
-
-
-@dataclass(frozen=True)
-class Output:
-    """One command's kind of folder: what it is called, and the names it writes there."""
-
-    label: str
-    names: frozenset[str]
-    marker: str  # a file only this kind writes (run.json is told apart by what it holds)
-
-
-OUTPUTS = {
-    "gen-sft": Output("a gen-sft dataset", frozenset({"train.jsonl", "valid.jsonl", "test.jsonl", "hf",
-                                                      "manifest.json"}), "manifest.json"),
-    "sft": Output("an SFT run", frozenset({"run.json", "checkpoints", "latest", "metrics.jsonl", "adapter",
-                                           "fused"}), "run.json"),
-    "rl": Output("an RL run", frozenset({"run.json", "config.json", "start_adapter", "checkpoints", "latest",
-                                         "metrics.jsonl", "adapter", "best", "best.json"}), "run.json"),
-    "pipeline": Output("a pipeline run", frozenset({"stages.json", "data", "sft", "rl", "summary.json",
-                                                    "eval-base.json", "eval-sft.json", "eval-rl.json"}),
-                       "stages.json"),
-    "distill": Output("a distill run", frozenset({"distill.json", "checkpoints", "latest", "metrics.jsonl", "adapter",
-                                                  "best", "summary.json"}), "distill.json"),
-}
-# What each run's run.json holds that the other's does not.
-_RUN_FILE_KEYS = {"sft": "trajectory", "rl": "start_adapter"}
 
 
 def entries(folder: Path) -> set[str]:
@@ -60,26 +35,13 @@ def claim(folder: Path, kind: str) -> None:
     left do not count) or already holds `kind`'s output."""
     if not folder.is_dir():
         return
-    marked = _kinds_marked(folder, entries(folder))
+    marked = kinds_marked(folder, entries(folder))
     others = [other for other in OUTPUTS if other != kind and other in marked]
     strangers = [] if kind in marked else sorted(entries(folder) - OUTPUTS[kind].names)
     if not others and not strangers:
         return
     held = OUTPUTS[others[0]].label if others else f"other files ({', '.join(strangers[:3])})"
     raise UserError(f"--out {folder} holds {held}, not {OUTPUTS[kind].label}: choose another --out")
-
-
-def _kinds_marked(folder: Path, entries: set[str]) -> set[str]:
-    """The kinds whose marker file `folder` holds."""
-    kinds = {kind for kind, output in OUTPUTS.items() if output.marker in entries and output.marker != "run.json"}
-    if "run.json" in entries:
-        try:
-            record = json.loads((folder / "run.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            record = None  # damaged: the run's own resume says so
-        if isinstance(record, dict):
-            kinds |= {kind for kind, key in _RUN_FILE_KEYS.items() if key in record}
-    return kinds
 
 
 def own_entries(folder: Path, kind: str) -> frozenset[str]:

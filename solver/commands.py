@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from common.errors import UserError
-from common.options import json_option
-from solver.options import solver_options, word_list_options
+from common.options import json_option, refuse_owned_output
+from solver.options import solver_options, word_list_inputs, word_list_options
 
 
 @click.command()
@@ -22,6 +22,7 @@ def solve(word, history, secrets, answers, allowed, hard, lookahead, top_k, json
     from solver.setup import load_setup
     from solver.solve_views import advise, assist_interactively, play_secret
 
+    refuse_owned_output(json_path, "--json", inputs=word_list_inputs(answers, allowed))
     if word is not None and history is not None:
         raise UserError("use either --word (the solver plays) or --history (advice), not both")
     if word is not None and not word.strip():
@@ -44,6 +45,7 @@ def matrix_command(secrets, answers, allowed, repeat, json_path) -> None:
     """Benchmark the pattern matrix: cold build (compile excluded) and load from the cache."""
     from solver.matrix_bench import benchmark_matrix, show_benchmark
 
+    refuse_owned_output(json_path, "--json", inputs=word_list_inputs(answers, allowed))
     result = benchmark_matrix(secrets, answers, allowed, repeat)
     show_benchmark(result)
     if json_path:

@@ -26,6 +26,11 @@ def word_list_options(default_secrets: str = "answers") -> Callable:
     return decorate
 
 
+def word_list_inputs(answers: str | None, allowed: str | None) -> list[tuple[str, str | None]]:
+    """The word lists a command reads, as the files no output of it may replace (common/options.py)."""
+    return [("--answers", answers), ("--allowed", allowed)]
+
+
 def solver_options(f: Callable) -> Callable:
     f = click.option("--top-k", type=click.IntRange(1, 500), default=None,
                      help=f"Guesses the lookahead examines at each position [default: {TOP_K}, {HARD_TOP_K} with --hard].")(f)

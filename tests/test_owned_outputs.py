@@ -51,9 +51,10 @@ def test_the_dataset_lists_what_overwrite_may_delete(dataset):
 
 def test_gen_sft_overwrite_keeps_an_sft_run_made_inside_its_folder(dataset, tmp_path, small_lists_files,
                                                                    tiny_model_dir):  # noqa: F811
-    """`sft --data G --out G/sft`, then `gen-sft --out G --overwrite`: refused, the run and the data kept."""
+    """`sft --out G/sft` (on another dataset: --out is never inside --data), then `gen-sft --out G
+    --overwrite`: refused, the run and the data kept."""
     data = shutil.copytree(dataset, tmp_path / "G")
-    trained = run("sft", "--model", tiny_model_dir, "--data", data, "--out", data / "sft", "--iters", 1,
+    trained = run("sft", "--model", tiny_model_dir, "--data", dataset, "--out", data / "sft", "--iters", 1,
                   "--batch-size", 2, "--eval-games", 0, "--quiet")
     assert trained.exit_code == 0, trained.output
     before = snapshot(data)
@@ -127,3 +128,50 @@ def test_json_beside_the_folder_is_written(tmp_path):
     result = run("report", run_dir, "--json", tmp_path / "R.json")
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "R.json").read_text())["curves"]["loss"]["value"] == [1.0, 0.5]
+
+
+def test_no_output_lands_on_an_input_or_inside_another_commands_folder(dataset, tmp_path, small_lists_files,
+                                                                       tiny_model_dir):  # noqa: F811
+    """Issue 85: `eval --answers A --json A` (and --allowed, gen-sft, solve alike) replaced the word
+    list with the results, exit 0; `pipeline --sft-start DIR --json DIR/adapter_config.json` the
+    user's adapter config; `gen-sft --json OTHER_DATA/train.jsonl` another dataset's file. An
+    output flag never names a file the command reads, one inside a folder it reads, nor one inside
+    a dataset or run folder another command made. All refused before any work, nothing changed."""
+    answers, allowed = small_lists_files
+    lists = ["--answers", answers, "--allowed", allowed]
+    start = tmp_path / "start"
+    start.mkdir()
+    (start / "adapters.safetensors").write_bytes(b"weights")
+    (start / "adapter_config.json").write_text(json.dumps({"num_layers": 2}))
+    rl_run = tmp_path / "RL"
+    rl_run.mkdir()
+    (rl_run / "run.json").write_text(json.dumps({"model": "default", "start_adapter": None}))
+    (rl_run / "metrics.jsonl").write_text("")
+    folders = (dataset, answers.parent, start, rl_run)
+    before = {folder: snapshot(folder) for folder in folders}
+    model = str(tiny_model_dir)
+    cases = [
+        (["eval", "--games", 1, "--quiet", *lists, "--json", answers], f"--json {answers} is --answers {answers}, "
+                                                                       "which this command reads: name another file"),
+        (["eval", "--games", 1, "--quiet", *lists, "--json", allowed], f"--json {allowed} is --allowed {allowed}"),
+        (["solve", "--word", "crane", *lists, "--json", answers], f"--json {answers} is --answers {answers}"),
+        (["gen-sft", "--out", tmp_path / "D", "--games", 2, "--quiet", *lists, "--json", allowed],
+         f"--json {allowed} is --allowed {allowed}"),
+        (["pipeline", "--model", model, "--sft-start", start, "--out", tmp_path / "P", "--json",
+          start / "adapter_config.json"], f"--json {start / 'adapter_config.json'} is inside the SFT start {start}"),
+        (["gen-sft", "--out", tmp_path / "D", "--games", 2, "--quiet", *lists, "--json", dataset / "train.jsonl"],
+         f"--json {dataset / 'train.jsonl'} is inside {dataset}, a gen-sft dataset: its files are that "
+         "command's own; name a file outside it"),
+        (["eval", "--games", 1, "--quiet", *lists, "--json", rl_run / "metrics.jsonl"],
+         f"--json {rl_run / 'metrics.jsonl'} is inside {rl_run}, an RL run"),
+        (["sft", "--model", model, "--data", dataset, "--out", dataset / "sft"],
+         f"--out {dataset / 'sft'} is inside --data {dataset}, which this command reads: choose another --out"),
+        (["rl", "--model", model, "--adapter", start, "--out", start / "rl"],
+         f"--out {start / 'rl'} is inside --adapter {start}, which this command reads: choose another --out"),
+        (["gen-sft", "--out", answers.parent, "--games", 2, "--quiet", *lists, "--overwrite"],
+         f"--out {answers.parent} holds --answers {answers}, which this command reads: choose another --out"),
+    ]
+    for args, message in cases:
+        assert_one_error(run(*args), message)
+    assert {folder: snapshot(folder) for folder in folders} == before
+    assert not any((tmp_path / name).exists() for name in ("D", "P"))

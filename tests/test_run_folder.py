@@ -73,14 +73,15 @@ def notes(folder: Path) -> Path:
 
 @pytest.mark.parametrize("make, held", [(dataset, "a gen-sft dataset"), (notes, "other files (a.txt)")])
 @pytest.mark.parametrize("command, label", [
-    (["sft", "--model", "unused", "--data", "{out}"], "an SFT run"),
+    (["sft", "--model", "unused", "--data", "{data}"], "an SFT run"),
     (["rl", "--model", "unused"], "an RL run"),
     (["pipeline", "--model", "unused"], "a pipeline run"),
 ])
 def test_runs_refuse_a_dataset_or_a_folder_of_other_files(tmp_path, command, label, make, held):
     out = make(tmp_path / "out")
     before = listing(out)
-    result = run(*(a.format(out=out) for a in command), "--out", out)
+    data = dataset(tmp_path / "data")  # sft's own --data: --out is never the folder it reads
+    result = run(*(a.format(data=data) for a in command), "--out", out)
     assert_one_error(result, f"--out {out} holds {held}, not {label}: choose another --out")
     assert listing(out) == before
 
