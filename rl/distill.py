@@ -1,29 +1,31 @@
-"""Distil the naming head into the model: the LoRA learns to name what the head names.
+"""Distil the naming head into the model: its last layer learns to name what the head names.
 
 The head (llm/naming_head.py) is a readout of the model's final state at ` Only` that scores every
 allowed word by its first token's embedding and its spelling; it names held-out secrets the
-model's own next token never names (the SFT start writes one of the ~2,000 answers it was taught).
+model's own next token does not (the SFT start writes one of the ~2,000 answers it was taught).
 But it plays only inside this toolkit. Here the model's own next-token distribution at the naming
-token is trained toward the head's, marginalised over each word's first token: a soft target over
-thousands of words, not the one secret, at fresh teacher positions of every training word of the
-allowed list (about 11,700, never a held-out one), each seen once. Hard targets (the secret) at a
-few hundred positions taught either recall (the answers list) or made-up words (the allowed list)
-(results/endgame-sft/, results/endgame-allowed/); the head's distribution is a function of the
-state that already generalises, and a function of the state is what a LoRA over the top layers
-can learn, where a list of positions is what it memorises.
+token is trained toward the head's, summed over each word's first token: a soft target over
+thousands of words, not the one secret. Hard targets (the secret) at a few hundred positions
+taught recall (the answers list) or made-up words (the allowed list) (results/endgame-sft/,
+results/endgame-allowed/); the head's distribution is a function of the state that already
+generalises from 640 positions, and a function of one token's state is what a low-rank change of
+the last layer's MLP can learn, the way the head itself was fitted.
 
-The teacher is frozen: the start model (the LoRA switched off) and its head. A step draws `batch`
-new positions (the solver's games on training words, each game's first position with one
-candidate left, the teacher's true thought up to ` Only`), runs the frozen model once over each
-(keeping the hidden states entering the top `layers` layers, and the final state the head reads),
-then the top layers with the LoRA forward and back. The LoRA spans every layer so that the
-adapter it leaves is an ordinary one over the start (rl/policy.py merged_adapter), but only the
-top layers' part trains, so the frozen pass's lower states stay exact.
+So the trained part is a LoRA on the last layer's MLP (gate, up, down projections), and the rest
+of the model stays the start's: at each naming token the state after the last layer's attention
+(which the LoRA does not touch) is computed once by the frozen model, with the head's target from
+the final state. Training then runs one token's MLP per position, so many epochs over the
+positions cost seconds and the epoch is chosen on held-out validation positions, as the head's fit
+chooses its own. The positions are the solver's games on the allowed list's training words (never
+a held-out one), each game's first position with one candidate left, the teacher's true thought up
+to ` Only`: fresh ones, not the head's own fit positions (where it learnt the answer). The LoRA
+spans every projection of every layer, zero but there, so what is left is an ordinary adapter over
+the start (rl/policy.py merged_adapter) that mlx-lm, `export` and `eval --no-naming-head` play.
 
-Held-out validation positions (the answer list's validation words) are read every `eval_every`
-steps: the share where the plain model's most likely next token is the secret's first token and
-the secret first token's mean probability, beside the same on training words (memory or skill)
-and the head's own figures; RUN/best is the step best on validation.
+The figures, read every `eval_every` epochs on held-out validation positions (the answer list's
+validation words) and on training answers' positions (memory or skill): `top1`, the share where
+the model's most likely next token opens the secret, and `mean_p`, that token's probability; the
+head's own at the same positions beside them.
 """
 
 from __future__ import annotations
@@ -42,109 +44,94 @@ import numpy as np
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.tuner.lora import LoRALinear
 
-from common.errors import UserError, note
-from common.fileio import append_line, atomic_write_json, read_json
+from common.errors import UserError
+from common.fileio import append_line, atomic_write, atomic_write_json, read_arrays, read_json
 from common.knobs import knob, knob_like
 from common.options import SEED
 from common.progress import progress_bar
 from eval.endgame import EndgamePosition
 from eval.splits import held_out_validation, trainable
-from llm.adapter_files import save_adapter
 from llm.generation import copy_cache, prefix_cache, shared_prefix_length
 from llm.naming_head import NamingHead, head_beside
-from llm.vector_exp import vector_exp
 from llm.output_layer import output_layer
+from llm.vector_exp import vector_exp
 from llm.word_steering import WordTokens, head_scorer
 from rl.naming_head import naming_context, one_candidate_positions
-from rl.policy import load_policy, merged_adapter
-from sft.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from rl.policy import load_policy
 from sft.lora import AdapterSettings
 from solver.setup import load_setup
 
-SETTINGS_FILE = "distill.json"  # the run's settings, compared on resume
-METRICS_FILE = "metrics.jsonl"  # one line a step, and the validation figures where read
-CHUNK = 64  # positions drawn at a time, each chunk from its own seed (a resumed run draws the same)
+SETTINGS_FILE = "distill.json"  # the run's settings, compared when it is run again
+STATES_FILE = "states.npz"  # the frozen pass's states, saved as they grow: a killed run resumes
+METRICS_FILE = "metrics.jsonl"  # the figures at each reading
+PASS_BATCH = 8  # contexts a frozen pass (one pass over 200 ran for minutes where 25 of 8 take one)
+TRAINED = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")  # the last layer's LoRA that trains
+SPLITS = ("train", "validation", "answers")  # fit positions, held-out readings, training answers' readings
 
 
 @dataclass(frozen=True)
 class DistillSettings:
-    steps: int = knob(300, "Steps, each on `batch` new positions.", range=(1, 1_000_000), flag="--steps")
-    batch: int = knob(8, "New teacher positions a step.", range=(1, 1024), flag="--batch")
-    layers: int = knob(4, "Top layers whose LoRA trains (the frozen pass keeps the states entering them).",
-                       range=(1, 1024), flag="--layers")
-    rank: int = knob(8, "LoRA rank.", range=(1, 1024), flag="--rank")
+    positions: int = knob(640, "Training positions (fresh teacher positions of the allowed list's training words; "
+                               "each costs one frozen model pass).", range=(1, 1_000_000), flag="--positions")
+    validation_positions: int = knob(150, "Held-out validation positions (the answer list's validation words) "
+                                          "that choose the epoch.", range=(1, 100_000),
+                                     flag="--validation-positions")
+    answer_positions: int = knob(100, "Training answers' positions read beside them (memory or skill).",
+                                 range=(1, 100_000), flag="--answer-positions")
+    epochs: int = knob(300, "Full-batch epochs over the training positions.", range=(1, 1_000_000), flag="--epochs")
+    rank: int = knob(16, "LoRA rank.", range=(1, 1024), flag="--rank")
     scale: float = knob(20.0, "Multiplier of the LoRA update.", range=(0.0, 1000.0), open_low=True)
-    lr: float = knob(1e-4, "Adam learning rate.", range=(0.0, 1.0), open_low=True, flag="--lr")
-    hard: float = knob(0.0, "Share of the target given to the secret's first token (0: the head alone).",
-                       range=(0.0, 1.0), flag="--hard")
-    eval_every: int = knob(25, "Steps between validation readings and checkpoints.", range=(1, 1_000_000),
+    lr: float = knob(2e-4, "Adam learning rate.", range=(0.0, 1.0), open_low=True, flag="--lr")
+    eval_every: int = knob(10, "Epochs between readings (the best on validation is kept).", range=(1, 1_000_000),
                            flag="--eval-every")
-    validation_positions: int = knob(200, "Held-out validation positions read (the answer list's validation "
-                                          "words).", range=(1, 100_000), flag="--validation-positions")
-    train_positions: int = knob(200, "Training-answer positions read beside them (memory or skill).",
-                                range=(1, 100_000), flag="--train-positions")
     seed: int = knob_like(SEED)
 
 
-@dataclass(frozen=True)
-class Contexts:
-    """Teacher positions as the frozen pass leaves them: each context's hidden states entering the
-    top layers (tokens, hidden), its secret's first token, and the head's first-token target."""
-
-    lower: list[np.ndarray]
-    secret_first: np.ndarray
-    targets: np.ndarray  # (positions, vocab) the head's probability of each first token
-
-
 class Teacher:
-    """The frozen start and its head: lower states and first-token targets of positions."""
+    """The frozen start and its head: at each position, the state after the last layer's attention
+    at the naming token, and the head's distribution over first tokens there."""
 
-    def __init__(self, model: nn.Module, tokenizer, head: NamingHead, below: int) -> None:
-        self.model, self.tokenizer, self.below = model, tokenizer, below
+    def __init__(self, model: nn.Module, tokenizer, head: NamingHead) -> None:
+        self.model, self.tokenizer = model, tokenizer
         self.vocabulary = WordTokens.of(tokenizer, load_setup("answers").lists.allowed)
         self.index = {w: i for i, w in enumerate(self.vocabulary.words)}
         self.score = head_scorer(model, head, self.vocabulary)
-        self.first = mx.array(self.vocabulary.first)
         self.vocab_size = output_layer(model)(mx.zeros((1, model.args.hidden_size))).shape[-1]
 
-    def contexts(self, positions: list[EndgamePosition], hard: float = 0.0) -> Contexts:
+    def states(self, positions: list[EndgamePosition]) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, hidden) twice: the state after the last layer's attention, and the final state."""
         tokens = [naming_context(self.tokenizer, p) for p in positions]
+        mids, finals = [], []
         with lora_off(self.model), vector_exp(self.model):
-            lower, finals = self._frozen_pass(tokens)
-        targets = self._targets(finals, positions)
-        secret_first = self.vocabulary.first[[self.index[p.secret] for p in positions]]
-        if hard:
-            targets = (1 - hard) * targets
-            targets[np.arange(len(positions)), secret_first] += hard
-        return Contexts(lower, secret_first, targets)
+            for start in range(0, len(tokens), PASS_BATCH):
+                mid, final = self._frozen_pass(tokens[start:start + PASS_BATCH])
+                mids.append(mid)
+                finals.append(final)
+        return np.concatenate(mids), np.concatenate(finals)
 
-    def _frozen_pass(self, tokens: list[list[int]]) -> tuple[list[np.ndarray], mx.array]:
-        """Every context's states entering layer `below`, and its final normed state at its last token.
-        The opening all contexts share runs once (its cache and lower states reused by each)."""
+    def _frozen_pass(self, tokens: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
         inner = self.model.model
         shared = shared_prefix_length(tokens) if len(tokens) > 1 else len(tokens[0]) - 1
         prefix = prefix_cache(self.model, tokens[0][:shared])
-        opening = _lower_states(inner, tokens[0][:shared], self.below)
         rests = [t[shared:] for t in tokens]
         width = max(map(len, rests))
         caches = [copy_cache(layer, len(rests)) for layer in prefix]
         h = inner.embed_tokens(mx.array([r + [0] * (width - len(r)) for r in rests]))
         mask = create_attention_mask(h, caches[0])
-        lower = None
-        for i, (layer, cache) in enumerate(zip(inner.layers, caches)):
-            if i == self.below:
-                lower = h
+        for layer, cache in zip(inner.layers[:-1], caches):
             h = layer(h, mask, cache=cache)
-        last = mx.array([len(r) - 1 for r in rests])
-        finals = inner.norm(h[mx.arange(len(rests)), last]).astype(mx.float32)
-        mx.eval(lower, finals)
-        lower_np = np.array(lower.astype(mx.float32))
-        return [np.concatenate([opening, lower_np[row, :len(r)]]) for row, r in enumerate(rests)], finals
+        last_layer = inner.layers[-1]
+        mid = h + last_layer.self_attn(last_layer.input_layernorm(h), mask, cache=caches[-1])
+        rows, last = mx.arange(len(rests)), mx.array([len(r) - 1 for r in rests])
+        mid = mid[rows, last]
+        final = inner.norm(mid + last_layer.mlp(last_layer.post_attention_layernorm(mid)))
+        mx.eval(mid, final)
+        return np.array(mid.astype(mx.float32)), np.array(final.astype(mx.float32))
 
-    def _targets(self, finals: mx.array, positions: list[EndgamePosition]) -> np.ndarray:
+    def targets(self, finals: np.ndarray, positions: list[EndgamePosition]) -> np.ndarray:
         """The head's word distribution (words played or refused there banned, as in play) summed
         onto each word's first token: (positions, vocab)."""
-        logits = np.array(self.score(finals))
+        logits = np.array(self.score(mx.array(finals)))
         for row, position in enumerate(positions):
             banned = [*position.state.guesses, *(r.guess for r in position.rejected)]
             logits[row, [self.index[w] for w in banned if w in self.index]] = -np.inf
@@ -155,13 +142,8 @@ class Teacher:
             np.add.at(targets[row], self.vocabulary.first, p[row])
         return targets
 
-
-def _lower_states(inner: nn.Module, tokens: list[int], below: int) -> np.ndarray:
-    """The states of `tokens` (one sequence from the start) entering layer `below`."""
-    h = inner.embed_tokens(mx.array(tokens)[None])
-    for layer in inner.layers[:below]:
-        h = layer(h, "causal")
-    return np.array(h[0].astype(mx.float32))
+    def secret_first(self, positions: list[EndgamePosition]) -> np.ndarray:
+        return self.vocabulary.first[[self.index[p.secret] for p in positions]]
 
 
 @contextmanager
@@ -178,148 +160,189 @@ def lora_off(model: nn.Module) -> Iterator[None]:
             m.scale = s
 
 
-def top_logits(model: nn.Module, lower: list[np.ndarray], below: int) -> mx.array:
-    """Next-token logits at each context's last token, from its lower states through the top layers
-    (their LoRA included): what the model itself would name. Differentiable in the LoRA."""
-    inner = model.model
-    width = max(len(x) for x in lower)
-    hidden = lower[0].shape[1]
-    h = mx.array(np.stack([np.concatenate([x, np.zeros((width - len(x), hidden), np.float32)]) for x in lower]))
-    for layer in inner.layers[below:]:
-        h = layer(h, "causal")
-    last = mx.array([len(x) - 1 for x in lower])
-    return output_layer(model)(inner.norm(h[mx.arange(len(lower)), last])).astype(mx.float32)
+def naming_logits(model: nn.Module, mids: mx.array) -> mx.array:
+    """Next-token logits from the states after the last layer's attention, through its MLP (and
+    LoRA) and the output layer: what the model itself names there."""
+    last = model.model.layers[-1]
+    out = mids + last.mlp(last.post_attention_layernorm(mids))
+    return output_layer(model)(model.model.norm(out)).astype(mx.float32)
 
 
-def distill_loss(model: nn.Module, lower: list[np.ndarray], targets: mx.array, below: int) -> mx.array:
+def distill_loss(model: nn.Module, mids: mx.array, targets: mx.array) -> mx.array:
     """Cross-entropy from the head's first-token distribution to the model's next token."""
-    return -(targets * nn.log_softmax(top_logits(model, lower, below), axis=-1)).sum(axis=-1).mean()
+    return -(targets * nn.log_softmax(naming_logits(model, mids), axis=-1)).sum(axis=-1).mean()
 
 
 def first_token_figures(probabilities: np.ndarray, secret_first: np.ndarray) -> dict[str, float]:
     """`top1`: the share of positions whose most likely first token opens the secret; `mean_p`: that
     token's mean probability (for a secret of one token, the word's)."""
     rows = np.arange(len(secret_first))
-    return {"top1": float(np.mean(probabilities.argmax(axis=1) == secret_first)),
-            "mean_p": float(np.mean(probabilities[rows, secret_first]))}
+    return {"top1": round(float(np.mean(probabilities.argmax(axis=1) == secret_first)), 5),
+            "mean_p": round(float(np.mean(probabilities[rows, secret_first])), 5)}
 
 
-def model_figures(model: nn.Module, contexts: Contexts, below: int, batch: int = 16) -> dict[str, float]:
-    """`first_token_figures` of the model's own next token at the contexts (no head)."""
-    found = []
-    for start in range(0, len(contexts.lower), batch):
-        logits = top_logits(model, contexts.lower[start:start + batch], below)
-        found.append(np.array(mx.softmax(logits, axis=-1)))
-    return first_token_figures(np.concatenate(found), contexts.secret_first)
-
-
-def training_positions(seed: int, chunk: int) -> list[EndgamePosition]:
-    """Chunk `chunk` of the run's stream of teacher positions on the allowed list's training words."""
-    words = sorted(trainable(load_setup("answers").lists.allowed))
-    return one_candidate_positions(load_setup("allowed"), words, CHUNK, seed * 1_000_003 + chunk)
-
-
-def reading_positions(settings: DistillSettings) -> dict[str, list[EndgamePosition]]:
-    """The positions read at every validation: held-out validation answers, and training answers."""
+def distill_positions(settings: DistillSettings) -> dict[str, list[EndgamePosition]]:
+    """Training positions on the allowed list's training words (seeded apart from the head's fit),
+    held-out validation positions, and training answers' positions."""
     answers = load_setup("answers")
-    return {"validation": one_candidate_positions(answers, sorted(held_out_validation(answers.lists.answers)),
-                                                  settings.validation_positions, settings.seed + 101),
-            "train": one_candidate_positions(answers, sorted(trainable(answers.lists.answers)),
-                                             settings.train_positions, settings.seed + 202)}
+    seed = settings.seed * 1_000_003 + 17
+    return {"train": one_candidate_positions(load_setup("allowed"), sorted(trainable(answers.lists.allowed)),
+                                             settings.positions, seed),
+            "validation": one_candidate_positions(answers, sorted(held_out_validation(answers.lists.answers)),
+                                                  settings.validation_positions, seed + 1),
+            "answers": one_candidate_positions(answers, sorted(trainable(answers.lists.answers)),
+                                               settings.answer_positions, seed + 2)}
+
+
+def trainable_model(model_spec: str, adapter: str, settings: DistillSettings, dtype: str):
+    """The start fused, a LoRA on every projection, and only the last layer's MLP LoRA trainable."""
+    mx.random.seed(settings.seed)
+    policy = load_policy(model_spec, adapter, AdapterSettings(rank=settings.rank, scale=settings.scale), dtype)
+    last = policy.model.model.layers[-1]
+    if not all(hasattr(last, name) for name in ("mlp", "self_attn", "input_layernorm", "post_attention_layernorm")):
+        raise UserError(f"distill reads a llama-style last layer (self_attn, mlp and their norms); --model "
+                        f"{model_spec}'s is a {type(last).__name__}")
+    policy.model.freeze()
+    for name in TRAINED:
+        module = last
+        for part in name.split("."):
+            module = getattr(module, part)
+        module.unfreeze(keys=["lora_a", "lora_b"], strict=False)
+    return policy
 
 
 def run_distill(model_spec: str, adapter: str, out: str, settings: DistillSettings, dtype: str = "auto",
                 show_progress: bool = True) -> dict:
-    """`distill`: train the LoRA toward the head at fresh positions; resumes from RUN's last checkpoint."""
+    """`distill`: the frozen pass over every position (resumed from OUT/states.npz), then the fit."""
     folder = Path(out)
     head_file = head_beside(adapter)
     if head_file is None:
         raise UserError(f"--adapter {adapter} has no naming head beside it: fit one with naming-head first")
     head = NamingHead.load(head_file)
     _check_settings(folder, model_spec, adapter, settings)
-    mx.random.seed(settings.seed)
-    policy = load_policy(model_spec, adapter, AdapterSettings(rank=settings.rank, scale=settings.scale), dtype)
-    model = policy.model
-    layers = len(model.model.layers)
-    if settings.layers > layers:
-        raise UserError(f"--layers {settings.layers}: the model has {layers} layers")
-    below = layers - settings.layers
-    model.freeze()
-    for layer in model.model.layers[below:]:
-        layer.unfreeze(keys=["lora_a", "lora_b"], strict=False)
-    teacher = Teacher(model, policy.tokenizer, head, below)
-    optimizer = optim.Adam(learning_rate=settings.lr)
-    step, extra = 0, {"curve": [], "best": None}
-    if latest_checkpoint(folder) is not None:
-        checkpoint = load_checkpoint(folder, model, optimizer)
-        step, extra = checkpoint.step, checkpoint.extra
-        note(f"resuming {out} from step {step}")
     began = time.perf_counter()
-    readings = reading_positions(settings)
-    read = {name: teacher.contexts(positions) for name, positions in readings.items()}
-    if not extra["curve"]:
-        extra["head"] = {name: first_token_figures(c.targets, c.secret_first) for name, c in read.items()}
-        _read(model, read, below, 0, extra, policy, folder, time.perf_counter() - began)
-    loss_and_grad = nn.value_and_grad(model, lambda m, lower, targets: distill_loss(m, lower, targets, below))
-    with progress_bar("steps", disable=not show_progress) as progress:
-        task = progress.add_task("distill", total=settings.steps, completed=step)
-        while step < settings.steps:
-            step += 1
-            positions = _positions_of_step(settings, step)
-            contexts = teacher.contexts(positions, settings.hard)
-            loss, grads = loss_and_grad(model, contexts.lower, mx.array(contexts.targets))
-            optimizer.update(model, grads)
-            mx.eval(model.trainable_parameters(), optimizer.state, loss)
-            if not np.isfinite(float(loss)):
-                raise UserError(f"step {step}: the loss is not finite (lower --lr); the run stops at its last "
-                                "checkpoint")
-            append_line(folder / METRICS_FILE, json.dumps({"step": step, "loss": round(float(loss), 5)}))
-            if step % settings.eval_every == 0 or step == settings.steps:
-                _read(model, read, below, step, extra, policy, folder, time.perf_counter() - began)
-                save_checkpoint(folder, model, optimizer, step, policy.adapter_config, extra)
-            progress.advance(task)
-    policy.export(folder / "adapter")
+    splits = distill_positions(settings)
+    policy = trainable_model(model_spec, adapter, settings, dtype)
+    teacher = Teacher(policy.model, policy.tokenizer, head)
+    mids, finals = _gather(folder / STATES_FILE, teacher, splits, show_progress)
+    gathered = time.perf_counter()
+    targets = {name: teacher.targets(finals[name], splits[name]) for name in SPLITS}
+    secrets = {name: teacher.secret_first(splits[name]) for name in SPLITS}
+    curve, best = _fit(policy, mids, targets, secrets, settings, folder, show_progress)
+    policy.model.load_weights(list(best.pop("weights").items()), strict=False)
+    policy.export(folder / "best")
     summary = {"model": model_spec, "adapter": adapter, "head": str(head_file), "settings": asdict(settings),
-               "steps": step, "positions_seen": step * settings.batch, **extra}
+               "positions": {name: len(p) for name, p in splits.items()},
+               "head_figures": {name: first_token_figures(targets[name], secrets[name]) for name in SPLITS},
+               "curve": curve, "best": best, "states_seconds": round(gathered - began, 1),
+               "fit_seconds": round(time.perf_counter() - gathered, 1)}
     atomic_write_json(folder / "summary.json", summary)
     return summary
 
 
-def _positions_of_step(settings: DistillSettings, step: int) -> list[EndgamePosition]:
-    first = (step - 1) * settings.batch
-    chunks = range(first // CHUNK, (first + settings.batch - 1) // CHUNK + 1)
-    drawn = [p for chunk in chunks for p in training_positions(settings.seed, chunk)]
-    offset = first - chunks[0] * CHUNK
-    return drawn[offset:offset + settings.batch]
+def _fit(policy, mids: dict[str, np.ndarray], targets: dict[str, np.ndarray], secrets: dict[str, np.ndarray],
+         settings: DistillSettings, folder: Path, show_progress: bool) -> tuple[list[dict], dict]:
+    """Full-batch Adam on the training positions; the epoch best on validation (top-1, then mean p)."""
+    model = policy.model
+    h = {name: mx.array(array) for name, array in mids.items()}
+    train_targets = mx.array(targets["train"])
+    loss_and_grad = nn.value_and_grad(model, lambda m: distill_loss(m, h["train"], train_targets))
+    optimizer = optim.Adam(learning_rate=settings.lr)
+
+    def reading(epoch: int, loss: float | None) -> dict:
+        point = {"epoch": epoch, "loss": None if loss is None else round(loss, 5)}
+        for name in SPLITS:
+            point[name] = first_token_figures(np.array(mx.softmax(naming_logits(model, h[name]), axis=-1)),
+                                              secrets[name])
+        append_line(folder / METRICS_FILE, json.dumps(point))
+        return point
+
+    curve = [reading(0, None)]
+    best = {**curve[0], "weights": dict(_trainable(model))}
+    with progress_bar("epochs", disable=not show_progress) as progress:
+        task = progress.add_task("distill fit", total=settings.epochs)
+        for epoch in range(1, settings.epochs + 1):
+            loss, grads = loss_and_grad(model)
+            optimizer.update(model, grads)
+            mx.eval(model.trainable_parameters(), optimizer.state, loss)
+            if not np.isfinite(float(loss)):
+                raise UserError(f"epoch {epoch}: the loss is not finite (lower --lr); nothing was written")
+            if epoch % settings.eval_every == 0 or epoch == settings.epochs:
+                point = reading(epoch, float(loss))
+                curve.append(point)
+                if (point["validation"]["top1"], point["validation"]["mean_p"]) > \
+                        (best["validation"]["top1"], best["validation"]["mean_p"]):
+                    best = {**point, "weights": dict(_trainable(model))}
+            progress.advance(task)
+    return curve, best
 
 
-def _read(model, read: dict[str, Contexts], below: int, step: int, extra: dict, policy, folder: Path,
-          seconds: float) -> None:
-    """Read the figures at `step`, add them to the curve, and write RUN/best when validation is best."""
-    point = {"step": step, **{name: model_figures(model, contexts, below) for name, contexts in read.items()},
-             "seconds": round(seconds, 1)}
-    extra["curve"].append(point)
-    append_line(folder / METRICS_FILE, json.dumps(point))
-    key = (point["validation"]["top1"], point["validation"]["mean_p"])
-    best = extra.get("best")
-    if best is None or key > (best["validation"]["top1"], best["validation"]["mean_p"]):
-        extra["best"] = point
-        policy.export(folder / "best")
-    print(f"step {step}: validation top1 {point['validation']['top1']:.3f} mean_p "
-          f"{point['validation']['mean_p']:.3f} | training answers top1 {point['train']['top1']:.3f} "
-          f"mean_p {point['train']['mean_p']:.3f}", flush=True)
+def _trainable(model: nn.Module) -> Iterator[tuple[str, mx.array]]:
+    from mlx.utils import tree_flatten
+
+    return iter(tree_flatten(model.trainable_parameters()))
+
+
+def _gather(path: Path, teacher: Teacher, splits: dict[str, list[EndgamePosition]],
+            show_progress: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Every split's (mid, final) states: those in `path` first, then the rest, saved after each pass."""
+    hidden = teacher.model.args.hidden_size
+    saved = read_arrays(path, "a distill states file", "delete it to start again") if path.exists() else {}
+    mids = {name: saved.get(f"{name}_mid", np.zeros((0, hidden), np.float32)) for name in SPLITS}
+    finals = {name: saved.get(f"{name}_final", np.zeros((0, hidden), np.float32)) for name in SPLITS}
+    for name in SPLITS:
+        keys = [str(k) for k in saved.get(f"{name}_keys", [])]
+        if keys != [p.key for p in splits[name][:len(keys)]] or mids[name].shape[1:] != (hidden,):
+            raise UserError(f"{path} holds other positions or another model's states: delete it to start again")
+    missing = sum(len(splits[name]) - len(mids[name]) for name in SPLITS)
+    with progress_bar("positions", disable=not show_progress or not missing) as progress:
+        task = progress.add_task("frozen pass", total=missing)
+        for name in SPLITS:
+            while len(mids[name]) < len(splits[name]):
+                done = len(mids[name])
+                mid, final = teacher.states(splits[name][done:done + 4 * PASS_BATCH])
+                mids[name], finals[name] = np.concatenate([mids[name], mid]), np.concatenate([finals[name], final])
+                _save_states(path, mids, finals, splits)
+                progress.advance(task, len(mid))
+    return mids, finals
+
+
+def _save_states(path: Path, mids: dict, finals: dict, splits: dict[str, list[EndgamePosition]]) -> None:
+    arrays = {}
+    for name in SPLITS:
+        arrays[f"{name}_mid"], arrays[f"{name}_final"] = mids[name], finals[name]
+        arrays[f"{name}_keys"] = np.array([p.key for p in splits[name][:len(mids[name])]])
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+
+    atomic_write(path, write)
 
 
 def _check_settings(folder: Path, model_spec: str, adapter: str, settings: DistillSettings) -> None:
-    """A new run records its settings; a resumed one must match them (all but steps)."""
+    """A new run records its settings; one run again must hold the same positions (only the fit's
+    settings may change: the states are what a rerun reuses)."""
     record = {"model": model_spec, "adapter": str(adapter), **asdict(settings)}
     path = folder / SETTINGS_FILE
+    fixed = ("model", "adapter", "positions", "validation_positions", "answer_positions", "seed")
     if path.exists():
         saved = read_json(path, "distill settings")
-        changed = [k for k in record if k != "steps" and saved.get(k) != record[k]]
+        changed = [k for k in fixed if saved.get(k) != record[k]]
         if changed:
             raise UserError(f"{folder} is a distill run with {changed[0]} {saved.get(changed[0])!r}, not "
                             f"{record[changed[0]]!r}: run it as it was started, or choose another --out")
-    else:
-        folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(path, record)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, record)
+
+
+def summary_line(summary: dict) -> str:
+    """One line: the plain model's top-1 at held-out validation and training answers' positions,
+    before and at the chosen epoch, beside the head's."""
+    start, best, head = summary["curve"][0], summary["best"], summary["head_figures"]
+    return (f"distill (epoch {best['epoch']} of {summary['settings']['epochs']}, {summary['positions']['train']:,} "
+            f"positions): the model's own next token opens the secret at held-out validation positions "
+            f"{start['validation']['top1']:.3f} -> {best['validation']['top1']:.3f} (the head "
+            f"{head['validation']['top1']:.3f}), training answers {start['answers']['top1']:.3f} -> "
+            f"{best['answers']['top1']:.3f}, its training positions {start['train']['top1']:.3f} -> "
+            f"{best['train']['top1']:.3f}")

@@ -27,23 +27,21 @@ def distill_command(model, adapter, out, dtype, quiet, json_path, **knobs) -> No
     """Teach the model to name what its naming head names: at fresh one-candidate positions of
     training words (the allowed list's, never a held-out one), the model's own next token at
     ' Only' is trained toward the head's word distribution summed over each word's first token,
-    with a LoRA on the top --layers layers. The head stays behind: OUT/best and OUT/adapter are
-    ordinary mlx-lm adapters that play without it (eval --no-naming-head, export, mlx_lm.generate).
+    with a LoRA on the last layer's MLP. The head stays behind: OUT/best is an ordinary mlx-lm
+    adapter that plays without it (eval --no-naming-head, export, mlx_lm.generate).
 
-    Held-out validation positions are read every --eval-every steps; OUT/best is the best of them.
-    Run the same command again to continue from the last checkpoint (only --steps may change)."""
+    The frozen model runs once a position (about 1 s on 2 cores; kept in OUT/states.npz, so a
+    killed run resumes and a refit with other --epochs or --lr skips it); the fit's epoch is chosen
+    on held-out validation positions."""
     from common.fileio import atomic_write_json
     from common.run_lock import run_lock
-    from rl.distill import run_distill
+    from rl.distill import run_distill, summary_line
     from sft.run_folder import claim
 
     refuse_owned_output(json_path, "--json", [("--out", out), ("--adapter", adapter), ("--model", model)])
     claim(Path(out), "distill")
     with run_lock(out):
         summary = run_distill(model, adapter, out, DistillSettings(**knobs), dtype, not quiet)
-    best = summary["best"]
-    click.echo(f"distill: {summary['positions_seen']:,} positions in {summary['steps']} steps; best step "
-               f"{best['step']}: held-out validation top-1 {best['validation']['top1']:.3f} (the head "
-               f"{summary['head']['validation']['top1']:.3f}), training answers {best['train']['top1']:.3f}")
+    click.echo(summary_line(summary))
     if json_path:
         atomic_write_json(json_path, summary)

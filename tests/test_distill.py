@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 
 import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from mlx.utils import tree_flatten
 
 from cli import cli
 from llm.adapter_files import save_adapter
@@ -16,8 +19,8 @@ from llm_fixtures import tiny_model_dir  # noqa: F401
 from sft.lora import AdapterSettings, attach_adapter, trainable_weights
 
 HEAD_ARGS = ["--positions", "6", "--validation-positions", "3", "--epochs", "4", "--rank", "2", "--quiet"]
-RUN_ARGS = ["--batch", "2", "--layers", "1", "--eval-every", "2", "--validation-positions", "3", "--train-positions",
-            "3", "--quiet"]
+RUN_ARGS = ["--positions", "4", "--validation-positions", "2", "--answer-positions", "2", "--eval-every", "2",
+            "--rank", "2", "--quiet"]
 
 
 @pytest.fixture(scope="module")
@@ -38,25 +41,25 @@ def run(model_dir, adapter, out, *extra):
                                     str(out), *RUN_ARGS, *extra])
 
 
-def test_the_model_learns_the_heads_first_tokens_where_it_was_taught(tiny_model_dir, headed_adapter):  # noqa: F811
-    """Steps on the same positions bring the model's next token toward the head's distribution
-    (the loss falls), with the LoRA's lower layers untouched and the teacher unchanged by training."""
+def test_the_last_layer_learns_the_heads_first_tokens_and_the_teacher_stays_the_start(tiny_model_dir,  # noqa: F811
+                                                                                     headed_adapter):
+    """The frozen pass's states give the model's own logits exactly (LoRA at zero), the targets are
+    distributions, and steps on the states bring the model's next token toward the head's."""
     from llm.naming_head import NamingHead, head_beside
-    from rl.distill import Teacher, distill_loss, lora_off, training_positions
-    from rl.policy import load_policy
-    import mlx.nn as nn
-    import mlx.optimizers as optim
+    from rl.distill import DistillSettings, Teacher, distill_loss, distill_positions, naming_logits, trainable_model
+    from rl.naming_head import naming_context
 
-    mx.random.seed(0)
-    policy = load_policy(str(tiny_model_dir), headed_adapter, AdapterSettings(rank=4))
+    settings = DistillSettings(positions=4, validation_positions=2, answer_positions=2, rank=4)
+    policy = trainable_model(str(tiny_model_dir), str(headed_adapter), settings, "auto")
     model = policy.model
-    model.freeze()
-    model.model.layers[-1].unfreeze(keys=["lora_a", "lora_b"], strict=False)
-    teacher = Teacher(model, policy.tokenizer, NamingHead.load(head_beside(headed_adapter)), below=1)
-    contexts = teacher.contexts(training_positions(0, 0)[:4])
-    assert np.allclose(contexts.targets.sum(axis=1), 1.0, atol=1e-4)
-    targets = mx.array(contexts.targets)
-    loss_and_grad = nn.value_and_grad(model, lambda m: distill_loss(m, contexts.lower, targets, 1))
+    positions = distill_positions(settings)["train"]
+    teacher = Teacher(model, policy.tokenizer, NamingHead.load(head_beside(headed_adapter)))
+    mids, finals = teacher.states(positions)
+    whole = model(mx.array(naming_context(policy.tokenizer, positions[0]))[None])[0, -1]
+    np.testing.assert_allclose(np.array(naming_logits(model, mx.array(mids[:1])))[0], np.array(whole), atol=1e-3)
+    targets = teacher.targets(finals, positions)
+    np.testing.assert_allclose(targets.sum(axis=1), 1.0, atol=1e-4)
+    loss_and_grad = nn.value_and_grad(model, lambda m: distill_loss(m, mx.array(mids), mx.array(targets)))
     optimizer = optim.Adam(learning_rate=1e-2)
     losses = []
     for _ in range(30):
@@ -65,36 +68,41 @@ def test_the_model_learns_the_heads_first_tokens_where_it_was_taught(tiny_model_
         mx.eval(model.parameters(), optimizer.state)
         losses.append(float(loss))
     assert losses[-1] < 0.8 * losses[0]
-    again = teacher.contexts(training_positions(0, 0)[:4])  # the teacher is the start: LoRA off
-    np.testing.assert_allclose(again.targets, contexts.targets, atol=1e-5)
-    with lora_off(model):
-        assert all(m.scale == 0.0 for m in model.modules() if hasattr(m, "lora_a"))
-    assert all(m.scale != 0.0 for m in model.modules() if hasattr(m, "lora_a"))
+    trained = {name for name, _ in tree_flatten(model.trainable_parameters())}
+    assert trained and all(".layers.1.mlp." in name for name in trained)
+    again, _ = teacher.states(positions)  # the teacher is the start: the LoRA is off in its pass
+    np.testing.assert_allclose(again, mids, atol=1e-5)
 
 
-def test_distill_runs_keeps_the_best_on_validation_and_a_resumed_run_ends_as_an_uninterrupted_one(
-        tiny_model_dir, headed_adapter, tmp_path):  # noqa: F811
-    whole = tmp_path / "whole"
-    result = run(tiny_model_dir, headed_adapter, whole, "--steps", "4", "--json", str(tmp_path / "s.json"))
+def test_distill_fits_keeps_the_best_on_validation_and_a_rerun_reuses_its_states(tiny_model_dir,  # noqa: F811
+                                                                                headed_adapter, tmp_path):
+    out = tmp_path / "run"
+    result = run(tiny_model_dir, headed_adapter, out, "--epochs", "4", "--json", str(tmp_path / "s.json"))
     assert result.exit_code == 0, result.output
+    assert "the model's own next token opens the secret" in result.output
     summary = json.loads((tmp_path / "s.json").read_text())
-    assert summary["positions_seen"] == 8 and [p["step"] for p in summary["curve"]] == [0, 2, 4]
-    assert set(summary["head"]) == {"validation", "train"}
-    for name in ("best", "adapter"):
-        load_model(str(tiny_model_dir), str(whole / name))  # an ordinary adapter over the base model
-    parted = tmp_path / "parted"
-    assert run(tiny_model_dir, headed_adapter, parted, "--steps", "2").exit_code == 0
-    result = run(tiny_model_dir, headed_adapter, parted, "--steps", "4")
-    assert result.exit_code == 0 and "resuming" in result.output
-    a = mx.load(str(whole / "adapter" / "adapters.safetensors"))
-    b = mx.load(str(parted / "adapter" / "adapters.safetensors"))
-    assert all(np.allclose(np.array(a[k]), np.array(b[k]), atol=1e-6) for k in a)
+    assert summary["positions"] == {"train": 4, "validation": 2, "answers": 2}
+    assert [p["epoch"] for p in summary["curve"]] == [0, 2, 4]
+    assert summary["best"]["epoch"] in (0, 2, 4) and set(summary["head_figures"]) == {"train", "validation", "answers"}
+    load_model(str(tiny_model_dir), str(out / "best"))  # an ordinary adapter over the base model
+    states = (out / "states.npz").stat().st_mtime_ns
+    result = run(tiny_model_dir, headed_adapter, out, "--epochs", "6", "--json", str(tmp_path / "s2.json"))
+    assert result.exit_code == 0, result.output
+    assert (out / "states.npz").stat().st_mtime_ns == states  # the frozen pass was not run again
+    again = json.loads((tmp_path / "s2.json").read_text())
+    assert again["curve"][:3] == summary["curve"]  # the same states, the same first epochs
 
 
 def test_distill_mistakes_are_one_line_and_exit_2(tiny_model_dir, headed_adapter, tmp_path):  # noqa: F811
     out = tmp_path / "run"
-    assert run(tiny_model_dir, headed_adapter, out, "--steps", "2").exit_code == 0
-    result = run(tiny_model_dir, headed_adapter, out, "--steps", "3", "--lr", "0.5")
-    assert result.exit_code == 2 and "lr" in result.output and "Traceback" not in result.output
-    result = run(tiny_model_dir, headed_adapter, out, "--steps", "0")
+    assert run(tiny_model_dir, headed_adapter, out, "--epochs", "2").exit_code == 0
+    result = run(tiny_model_dir, headed_adapter, out, "--epochs", "2", "--positions", "5")
+    assert result.exit_code == 2 and "positions" in result.output and "Traceback" not in result.output
+    result = run(tiny_model_dir, headed_adapter, tmp_path / "other", "--epochs", "0")
     assert result.exit_code == 2
+    bare = tmp_path / "bare"
+    model, _ = load_model(str(tiny_model_dir))
+    config = attach_adapter(model, AdapterSettings(rank=2))
+    save_adapter(bare, trainable_weights(model), config)
+    result = run(tiny_model_dir, bare, tmp_path / "third", "--epochs", "2")
+    assert result.exit_code == 2 and "no naming head" in result.output
