@@ -67,8 +67,9 @@ def knob_option(entry: Declared) -> Callable:
     """The click option of the knob `entry`: its flag, type, default and help. It fills the parameter
     named as the knob's key, so that a command's values build its settings as they are."""
     spec = entry.knob
-    if entry.base is bool:
-        return click.option(spec.flag, entry.key, is_flag=True, default=entry.default, help=spec.help)
+    if entry.base is bool:  # a switch that is on by default is turned off by its --no- twin
+        flags = f"{spec.flag}/--no-{spec.flag[2:]}" if entry.default else spec.flag
+        return click.option(flags, entry.key, is_flag=True, default=entry.default, help=spec.help)
     return click.option(spec.flag, entry.key, type=knob_type(entry), default=entry.default, show_default=True,
                         help=spec.help)
 

@@ -49,8 +49,9 @@ def pipeline_command(out, recipe, resume, json_path, **flags) -> None:
 
     On a CPU with the default model, SFT from scratch would take hours: the run starts from the
     bundled SFT start (llm/sft_start/), fits a naming head on it and trains that head with RL
-    (GRPO and expert iteration), then plays base, SFT and RL on the same 64 held-out test secrets
-    (--eval-start-head: the start with its head alone too).
+    (GRPO and expert iteration), then plays base, SFT, SFT with its fitted head alone (so that the
+    fit's share of the lift and RL's are each seen; --no-eval-start-head leaves it out) and RL on
+    the same 64 held-out test secrets.
     --sft-start scratch runs the from-scratch demo instead (gen-sft, LoRA SFT, LoRA RL).
 
     Run the same command again to continue the pipeline in --out: finished stages are
