@@ -11,7 +11,7 @@ Then the step's largest weight product shape (the gate and up projections, 1536 
 called directly, and MKL's packed-B `cblas_sgemm_compute` (the weights packed once, as a decode loop
 could keep them), with the largest difference between mlx's product and the packed one.
 
-    python results/passes/decode_step_parts.py 16 260 decode-step-parts-cpu.json
+    python -m bench.decode_step_parts 16 260 decode-step-parts-cpu.json
 """
 
 from llm.blas import ensure_fast_blas

@@ -19,7 +19,7 @@ so that a lease that ends mid-bench still brings back RL's figures:
    users run it.
 3. Decode step ms at `--rows` rows after `--context` cached tokens
    (`bench.decode.decode_step_seconds`).
-4. One GRPO step (`rl.loop.run_grpo_step`) with G = `--group-size` and `--groups`
+4. One GRPO step (`rl.lora_loop.run_grpo_step`) with G = `--group-size` and `--groups`
    single-turn endgame groups (`rollout.start endgame`, `rollout.turns 1`), every group
    trained; step, rollout and update seconds, after one warm-up step. Without `--adapter`
    the base model's answers mostly run to `--max-tokens`: the step's worst case.
@@ -222,7 +222,7 @@ def grpo_part(model: str, adapter: str | None, group_size: int, groups: int, ste
     from eval.splits import trainable
     from rl.config import build_config
     from rl.grpo import GrpoLearner
-    from rl.loop import run_grpo_step
+    from rl.lora_loop import run_grpo_step
     from rl.policy import load_policy
     from rl.reward import RewardScorer
     from sft.states import sample_endgame_states

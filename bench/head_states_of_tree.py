@@ -5,7 +5,7 @@ where that tree can) and `naming_states`, so that an old commit and today's are 
 way on one machine. Prints one JSON line (seconds, seconds a position, a digest of the contexts so
 two trees can be checked to have run the same ones) and saves the states for comparison.
 
-    PYTHONPATH=. python results/passes/head_states_of_tree.py 64 states.npy
+    PYTHONPATH=. python bench/head_states_of_tree.py 64 states.npy
 """
 
 from llm.blas import ensure_fast_blas

@@ -1,4 +1,4 @@
-"""A/B eval: python keep.py MODE GAMES OUT.json ; MODE base|keep (keep every answer's prompt cache for the game's next turn)"""
+"""A/B eval: python -m bench.kept_caches_ab MODE GAMES OUT.json ; MODE base|keep (keep every answer's prompt cache for the game's next turn)"""
 import sys, time
 from llm.blas import ensure_fast_blas
 ensure_fast_blas()

@@ -1,4 +1,4 @@
-"""A/B eval: python ab.py MODE GAMES BATCH OUT.json ; MODE rounds|cont"""
+"""A/B eval: python -m bench.rejoin_ab MODE GAMES BATCH OUT.json ; MODE rounds|cont"""
 import sys
 from llm.blas import ensure_fast_blas
 ensure_fast_blas()

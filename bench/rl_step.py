@@ -2,7 +2,7 @@
 
 Each step plays `--games` fresh whole games with a group of `--group-size` answers at
 every position (up to `--max-tokens` each), then makes one update, exactly as `rl`
-does (rl/loop.py run_grpo_step). Reported, as medians over the steps after the first
+does (rl/lora_loop.py run_grpo_step). Reported, as medians over the steps after the first
 (warm-up): rollout answer tokens/s, update trained tokens/s, step seconds, the
 rollout's share of the step, the update's padding share, and peak memory of each
 phase (the peak is reset between them). The profile of a step: the rollout's prompt tokens and
@@ -43,7 +43,7 @@ from eval.splits import trainable
 from llm.doctor import matmul_gflops
 from rl.config import build_config
 from rl.grpo import GrpoLearner
-from rl.loop import run_grpo_step
+from rl.lora_loop import run_grpo_step
 from rl.pipeline import PipelineSettings
 from rl.policy import load_policy
 from rl.reward import RewardScorer

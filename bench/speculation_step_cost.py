@@ -6,7 +6,7 @@ mask, as eval's batches have), the logits normalised as mlx-lm's generator does.
 trimmed back after each step, so every step sees `context` tokens; the q values take turns, 20
 rounds after 2 warm-ups, and each q's median is reported (one run's steps varied by up to 1.6x).
 
-    PYTHONPATH=. python results/passes/speculation_step_cost.py 16 260 OUT.json
+    python -m bench.speculation_step_cost 16 260 OUT.json
 """
 
 from llm.blas import ensure_fast_blas

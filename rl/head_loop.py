@@ -19,7 +19,6 @@ head, the optimizer, both generators and the best so far, so a killed run resume
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import mlx.core as mx
@@ -41,7 +40,8 @@ from rl.head_policy import (HEAD_PARAMS, HeadBasis, as_head, clip_gradients, exp
                             head_parameters, masked_rows, sample_words, word_log_probs)
 from rl.naming_head import RECORD_FILE, STATES_FILE, HeadSettings, head_positions, load_states
 from rl.reward import RewardScorer
-from sft.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from rl.run_files import START_ADAPTER, RunRequest, start_run_folder
+from sft.checkpoint import load_checkpoint, save_checkpoint
 from sft.run import MetricsLog
 from solver.setup import load_setup
 
@@ -106,10 +106,10 @@ def teacher_bank(adapter: Path, allowed: tuple[str, ...], scorer: RewardScorer
     return train, (states["validation"], validation_banned), validation_secrets
 
 
-def run_head_rl(request, show_progress: bool = True) -> dict:
-    """`rl` when the start adapter has a naming head and `head.train` allows it: the summary."""
+def run_head_rl(request: RunRequest, show_progress: bool = True) -> dict:
+    """`rl` when the start adapter has a naming head and `head.train` allows it (rl/loop.py chooses):
+    the summary."""
     from llm.loading import load_model
-    from rl.loop import START_ADAPTER
 
     config, out = request.config, request.out
     settings = config.head
@@ -216,12 +216,11 @@ def _mean(values: list[float]) -> float | None:
     return round(float(np.mean(values)), 5) if values else None
 
 
-def _start_folder(out: Path, request, adapter: Path) -> None:
-    """What a resume needs, as `rl` writes it (rl/loop.py), with the head beside the start adapter."""
+def _start_folder(out: Path, request: RunRequest, adapter: Path) -> None:
+    """What a resume needs, as LoRA RL writes it (rl/run_files.py), with the head beside the start adapter."""
     from llm.loading import portable_spec
-    from rl.loop import _start_run_folder, START_ADAPTER
 
-    _start_run_folder(out, portable_spec(request.model), str(adapter), request.config)
+    start_run_folder(out, portable_spec(request.model), str(adapter), request.config)
     for name in (HEAD_FILE, RECORD_FILE):
         (out / START_ADAPTER / name).write_bytes((adapter / name).read_bytes())
 

@@ -2,7 +2,7 @@
 mlx-lm runs, with the prompt format it was trained on written beside it.
 
 What SFT and RL leave is an adapter that only this toolkit applies as it was trained: an RL
-checkpoint is a LoRA over its fused start (`stacked_on`, rl/loop.py), RL's `best/` and `adapter/`
+checkpoint is a LoRA over its fused start (`stacked_on`, rl/lora_loop.py), RL's `best/` and `adapter/`
 are start and RL adapters side by side (rl/policy.py `merged_adapter`), and a naming head is a
 readout beside the adapter that only the toolkit's decoding uses. Export loads the adapter exactly
 as `eval` does (llm/loading.py, stacked adapters included) and writes it through `sft --fuse`'s

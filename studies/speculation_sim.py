@@ -12,7 +12,7 @@ is the answers of another JSON's games with other secrets. "teacher" puts into t
 the solver's answer for the position (sft/cot.py's `expert_answer`) and, once the answer so far
 names a word, the true thought for that word (`truthful_answer`), as a drafter could know them.
 
-    PYTHONPATH=. python results/passes/speculation_sim.py EVAL.json OTHER_EVAL.json OUT.json
+    python -m studies.speculation_sim EVAL.json OTHER_EVAL.json OUT.json
 """
 
 from llm.blas import ensure_fast_blas

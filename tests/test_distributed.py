@@ -31,7 +31,7 @@ from test_sft import solver_conversations, write_jsonl
 from cli import cli
 from common.errors import UserError
 from llm import distributed
-from rl.loop import TIMING_FIGURES
+from rl.lora_loop import TIMING_FIGURES
 from sft.checkpoint import latest_checkpoint
 from solver.setup import load_setup
 

@@ -58,7 +58,7 @@ class ScriptedEval:
 
 
 def scripted(monkeypatch, script: list[dict]) -> None:
-    monkeypatch.setattr("rl.loop.HeldOutEval", lambda *args: ScriptedEval(script))
+    monkeypatch.setattr("rl.lora_loop.HeldOutEval", lambda *args: ScriptedEval(script))
 
 
 def metrics(run) -> list[dict]:

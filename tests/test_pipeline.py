@@ -21,7 +21,7 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path_factory, tmp_path, monke
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # the RL stage dies before its first checkpoint
 
-    monkeypatch.setattr("rl.loop.save_checkpoint", killed)
+    monkeypatch.setattr("rl.lora_loop.save_checkpoint", killed)
     with pytest.raises(KeyboardInterrupt):
         run_pipeline(out, settings, show_progress=False)
     monkeypatch.undo()

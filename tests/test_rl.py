@@ -39,7 +39,9 @@ from rl.grpo import (KL_LOG_RATIO_CLAMP, KL_TOKEN_CLAMP, GrpoLearner, GrpoSettin
                      informative_groups, length_chunks, prompt_kv)
 from common.errors import UserError
 from rl.guidance import ExpertGuide, guidance_figures
-from rl.loop import TIMING_FIGURES, PhaseOptimizers, RunRequest, run_grpo_step, run_rl
+from rl.lora_loop import TIMING_FIGURES, PhaseOptimizers, run_grpo_step
+from rl.loop import run_rl
+from rl.run_files import RunRequest
 from rl.policy import load_policy
 from rl.report import LiveView, curves, sparkline
 from rl.reward import RewardScorer
@@ -847,7 +849,7 @@ def test_run_killed_before_its_first_checkpoint_starts_again_on_resume(tmp_path,
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # the moment the first checkpoint would be written
 
-    monkeypatch.setattr("rl.loop.save_checkpoint", killed)
+    monkeypatch.setattr("rl.lora_loop.save_checkpoint", killed)
     with pytest.raises(KeyboardInterrupt):
         run_rl(RunRequest(str(tiny_model_dir), str(start_adapter), out, build_config(TINY_RUN), show_progress=False))
     monkeypatch.undo()
