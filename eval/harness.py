@@ -192,11 +192,10 @@ def summarise(games: list[GameRecord], seconds: float, setup_seconds: float = 0.
 
     `mean_guesses` is over the games won; `mean_guesses_loss_as_7` counts a lost game as
     LOSS_GUESSES. `seconds` times the games; `setup_seconds` what the player did before the
-    first one (the solver: loading its kernels and choosing its opener, a walk of its
-    whole decision tree that decides most positions the games then look up)."""
+    first one (a model: loading it, with its naming head; the solver: loading its kernels and
+    choosing its opener, a walk of its whole decision tree that decides most positions the games
+    then look up)."""
     wins = [len(g.state.turns) for g in games if g.state.won]
-    histogram = {str(n): wins.count(n) for n in range(1, 7)}
-    histogram["X"] = len(games) - len(wins)
     counts = [rate_counts(g.moves) for g in games]
     totals = {key: (sum(c[key][0] for c in counts), sum(c[key][1] for c in counts)) for key in RATE_FIGURES}
     moves = [m for g in games for m in g.moves]
@@ -205,16 +204,17 @@ def summarise(games: list[GameRecord], seconds: float, setup_seconds: float = 0.
     def rate(count: int, total: int) -> float | None:
         return round(count / total, 4) if total else None
 
+    figures = win_figures([len(g.state.turns) if g.state.won else None for g in games])
     return {
         "games": len(games),
-        "wins": len(wins),
+        "wins": figures["wins"],
         "win_rate": rate(len(wins), len(games)),
-        "mean_guesses": round(float(np.mean(wins)), 4) if wins else None,
+        "mean_guesses": figures["mean_guesses"],
         "mean_guesses_loss_as_7": round((sum(wins) + LOSS_GUESSES * (len(games) - len(wins))) / len(games), 4)
         if games else None,
         "max_guesses": max(wins) if wins else None,
         "failures": len(games) - len(wins),
-        "histogram": histogram,
+        "histogram": figures["histogram"],
         "seconds": round(seconds, 3),
         "setup_seconds": round(setup_seconds, 3),
         "games_per_second": round(len(games) / seconds, 2) if seconds > 0 else None,
@@ -226,6 +226,16 @@ def summarise(games: list[GameRecord], seconds: float, setup_seconds: float = 0.
         "lost_to_invalid": sum(g.invalid_streak >= MAX_INVALID_IN_A_ROW for g in games),
         **where_lost(games),
     }
+
+
+def win_figures(guesses: list[int | None]) -> dict:
+    """Wins, the mean guesses of a win and the games by guesses needed ("X": lost), from each game's
+    guesses (None: lost): what eval reports for its games, and for the solver's beside a model's."""
+    wins = [n for n in guesses if n is not None]
+    histogram = {str(n): wins.count(n) for n in range(1, 7)}
+    histogram["X"] = len(guesses) - len(wins)
+    return {"wins": len(wins), "mean_guesses": round(float(np.mean(wins)), 4) if wins else None,
+            "histogram": histogram}
 
 
 def candidates_before_each_turn(state: GameState) -> list[int]:

@@ -40,7 +40,7 @@ FIGURES = (
     ("mean regret (bits)", "mean_regret_bits", "{:.3f}"),
     ("mean regret (expected left)", "mean_regret_expected_left", "{:.2f}"),
     ("seconds", "seconds", "{:.2f}"),
-    ("setup seconds (kernels, opener)", "setup_seconds", "{:.2f}"),
+    ("setup seconds (model; solver: kernels, opener)", "setup_seconds", "{:.2f}"),
     ("games/s", "games_per_second", "{:.2f}"),
 )
 

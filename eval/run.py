@@ -8,8 +8,10 @@ from pathlib import Path
 
 from common.errors import UserError, note
 from common.fileio import atomic_write_json
-from eval.harness import evaluate
+from common.progress import progress_bar
+from eval.harness import evaluate, win_figures
 from eval.moves import Player, SolverPlayer
+from eval.solver_games import SOURCE, shipped_games
 from eval.splits import SPLITS, sample_secrets
 from solver.policy import SolverSettings
 from solver.setup import Setup
@@ -99,7 +101,11 @@ def run_eval(setup: Setup, request: EvalRequest, json_path: str | None, show_pro
         player: Player = solver_player
     else:
         split = request.split or "heldout"
-        player, setup_seconds = model.player(request.seed, setup.lists.allowed, setup.start.secret_words), 0.0
+        started = time.perf_counter()
+        with progress_bar("steps", disable=not show_progress) as bar:
+            bar.add_task(f"setup: loading {model.name}", total=1)
+            player = model.player(request.seed, setup.lists.allowed, setup.start.secret_words)
+        setup_seconds = time.perf_counter() - started
     secrets = choose_secrets(setup.lists.secrets(setup.secret_kind), split, request.games, request.seed)
     result = play_and_summarise(player, setup, secrets, measure_moves=model is not None,
                                 show_progress=show_progress, setup_seconds=setup_seconds)
@@ -107,18 +113,28 @@ def run_eval(setup: Setup, request: EvalRequest, json_path: str | None, show_pro
               "hard": request.solver.hard, "guess_constrained": bool(model and model.constrain_guess),
               **(sampling_of(model) if model else {}), **result}
     if model is not None:
-        result["solver_same_secrets"] = solver_beside(setup, request.solver, secrets)
+        result["solver_same_secrets"] = solver_beside(setup, request.solver, secrets, show_progress)
     if json_path:
         atomic_write_json(json_path, result)
     return result
 
 
-def solver_beside(setup: Setup, settings: SolverSettings, secrets: list[str]) -> dict:
-    """The solver's wins, mean guesses and histogram on a model's secrets, to read the model's
-    beside (a few seconds, mostly its kernels and opener)."""
-    summary, _ = evaluate(SolverPlayer(setup.solver(settings)), setup, secrets, measure_moves=False,
-                          show_progress=False)
-    return {key: summary[key] for key in ("wins", "mean_guesses", "histogram")}
+def solver_beside(setup: Setup, settings: SolverSettings, secrets: list[str], show_progress: bool = False) -> dict:
+    """The solver's wins, mean guesses and histogram on a model's secrets, to read the model's beside:
+    its shipped games where they hold (eval/solver_games.py: the default lists and settings), else
+    played (seconds with the answers list; with the allowed list its proofs take minutes, then
+    shown by a progress bar). Where they came from and the seconds it took are recorded."""
+    started = time.perf_counter()
+    shipped = shipped_games(setup.lists, setup.secret_kind, settings)
+    if shipped is not None:
+        figures, opener, source = win_figures([shipped.guesses[s] for s in secrets]), shipped.opener, SOURCE
+    else:
+        player = SolverPlayer(setup.solver(settings))
+        player.name = f"{player.name} on the same secrets"
+        summary, _ = evaluate(player, setup, secrets, measure_moves=False, show_progress=show_progress)
+        figures, opener, source = summary, player.policy.opener(), "played"
+    return {**{key: figures[key] for key in ("wins", "mean_guesses", "histogram")}, "opener": opener,
+            "source": source, "seconds": round(time.perf_counter() - started, 3)}
 
 
 def sampling_of(model: ModelSpec) -> dict:

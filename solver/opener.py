@@ -61,6 +61,8 @@ def play_tree(choose, root: GameState, first: str, bound: float = np.inf,
     result = TreeResult()
     spent = 0
     owed = len(root.candidates)  # lower bound still to pay: one guess per unsolved secret
+    if on_settled is not None:
+        on_settled(first, 0)  # shown now: the first node settles no game until every move after it is decided
     stack = [(root, first)]
     while stack:
         state, guess = stack.pop()
