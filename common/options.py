@@ -137,15 +137,24 @@ def refuse_owned_output(path: str | None, flag: str, folders: Iterable[tuple[str
                         "file outside it")
 
 
+# The file that makes a folder given to each flag what the flag names (a model, a dataset, an adapter).
+FOLDER_MARKERS = {"--model": "config.json", "--data": "train.jsonl", "--adapter": "adapters.safetensors",
+                  "--sft-start": "adapters.safetensors"}
+
+
 def refuse_out_over_inputs(out: str, reads: Iterable[tuple[str, str | None]], flag: str = "--out") -> None:
     """The one rule for where an output folder may be: never what the command reads, inside it or
     holding it. Its writes would land on its own input, and a run made inside an input folder went
     with it when that folder's owner replaced it (`sft` replacing R/adapter took an RL run made in
     R/adapter/rl along). Each input comes as (the flag that named it, its path); one that does not
-    exist (`--model default`, a hub id) is no folder here."""
+    exist (`--model default`, a hub id) is no folder here, and nor is a folder without the file that
+    makes it what its flag names (`--model /tmp`): its own check names that mistake, the clearer one."""
     target = Path(os.path.realpath(out))
     for label, source in reads:
         if source is None or not os.path.lexists(source):
+            continue
+        marker = FOLDER_MARKERS.get(label)
+        if marker and os.path.isdir(source) and not os.path.exists(os.path.join(source, marker)):
             continue
         read = Path(os.path.realpath(source))
         if target.is_relative_to(read) or read.is_relative_to(target):

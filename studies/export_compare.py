@@ -1,8 +1,8 @@
 """The exported bundled start through `python -m mlx_lm generate`, beside `eval`'s answers with the
 adapter and with the exported folder (all greedy), as comparison.json.
 
-    python results/export/compare.py prompt N   # the user message of position N of eval's game
-    python results/export/compare.py            # comparison.json, from the outputs README.md lists
+    python -m studies.export_compare prompt N   # the user message of position N of eval's game
+    python -m studies.export_compare            # comparison.json, from the outputs README.md lists
 
 Run from the repository root after the commands in README.md; it reads their outputs only.
 """
@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parent.parent / "results" / "export"  # the files it reads and writes
 SEPARATOR = "=========="  # mlx_lm generate prints the answer between two of these
 
 
