@@ -71,9 +71,10 @@ def test_pipeline_checks_every_stage_before_the_first(tmp_path, tiny_model_dir, 
 
 @pytest.mark.parametrize("model, message", [
     ("{tmp}/missing", "model folder not found"),
-    ("{tmp}", "is not a model folder: it has no config.json"),
+    ("{tmp}/empty", "is not a model folder: it has no config.json"),  # beside --out: never inside what it reads
 ])
 def test_pipeline_with_a_missing_model_leaves_no_folder(tmp_path, model, message):
+    (tmp_path / "empty").mkdir()
     assert_one_error(run("pipeline", "--model", model.format(tmp=tmp_path), "--out", tmp_path / "p"), message)
     assert not (tmp_path / "p").exists()
 

@@ -413,9 +413,10 @@ def test_bad_hyperparameters(tmp_path: Path, data_dir: Path, flags: list[str], m
 
 
 def test_missing_data_model_and_checkpoint(tmp_path: Path, tiny_model_dir, data_dir) -> None:  # noqa: F811
+    (tmp_path / "empty").mkdir()
     cases = [
         (["--data", str(tmp_path / "nope")], "does not exist; make it with gen-sft"),
-        (["--data", str(tmp_path)], "has no train.jsonl"),
+        (["--data", str(tmp_path / "empty")], "has no train.jsonl"),  # beside --out: never inside what it reads
         (["--data", str(data_dir), "--model", str(tmp_path / "no-model")], "model folder not found"),
         (["--data", str(data_dir), "--model", str(tiny_model_dir), "--resume"], "has no checkpoint to resume from"),
         (["--model", str(tiny_model_dir)], "--data is needed to start a run"),
