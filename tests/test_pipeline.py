@@ -85,8 +85,8 @@ def test_pipeline_bad_values():
     assert result.exit_code == 2 and "'--sft-iters': 0 is not in the range" in result.output
     result = CliRunner().invoke(cli, ["pipeline", "--out", "/tmp/never-made", "--sft-start", "/no/such/adapter"])
     assert result.exit_code == 2 and "--sft-start /no/such/adapter: not an adapter folder" in result.stderr
-    result = CliRunner().invoke(cli, ["pipeline", "--out", "/tmp/never-made", "--model", "/no/such/model", "--sft-start",
-                                      "bundled"])
+    result = CliRunner().invoke(cli, ["pipeline", "--out", "/tmp/never-made", "--model", "/no/such/model",
+                                      "--sft-start", "bundled"])
     assert result.exit_code == 2 and "the default model's SFT start" in result.stderr
 
 
