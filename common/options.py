@@ -139,7 +139,7 @@ def refuse_owned_output(path: str | None, flag: str, folders: Iterable[tuple[str
 
 # The file that makes a folder given to each flag what the flag names (a model, a dataset, an adapter).
 FOLDER_MARKERS = {"--model": "config.json", "--data": "train.jsonl", "--adapter": "adapters.safetensors",
-                  "--sft-start": "adapters.safetensors"}
+                  "the SFT start": "adapters.safetensors"}
 
 
 def refuse_out_over_inputs(out: str, reads: Iterable[tuple[str, str | None]], flag: str = "--out") -> None:
