@@ -77,7 +77,9 @@ class ScorePublisher(nn.Module):
         return self.inner.layers
 
     def __call__(self, inputs: mx.array, cache=None, input_embeddings: mx.array | None = None) -> mx.array:
-        hidden = self.inner.model(inputs, cache, input_embeddings)
+        # Some mlx-lm models (phi3) take no input_embeddings: pass them only where given.
+        extra = () if input_embeddings is None else (input_embeddings,)
+        hidden = self.inner.model(inputs, cache, *extra)
         logits = output_layer(self.inner)(hidden)
         self.rows, self.cursor = [None] * inputs.shape[0], 0
         self.states = list(self.rows)
