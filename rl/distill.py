@@ -1,31 +1,36 @@
-"""Distil the naming head into the model: its last layer learns to name what the head names.
+"""Distil the naming head into the model: its last layer learns to name, token by token, what the head names.
 
 The head (llm/naming_head.py) is a readout of the model's final state at ` Only` that scores every
 allowed word by its first token's embedding and its spelling; it names held-out secrets the
 model's own next token does not (the SFT start writes one of the ~2,000 answers it was taught).
-But it plays only inside this toolkit. Here the model's own next-token distribution at the naming
-token is trained toward the head's, summed over each word's first token: a soft target over
-thousands of words, not the one secret. Hard targets (the secret) at a few hundred positions
-taught recall (the answers list) or made-up words (the allowed list) (results/endgame-sft/,
-results/endgame-allowed/); the head's distribution is a function of the state that already
-generalises from 640 positions, and a function of one token's state is what a low-rank change of
-the last layer's MLP can learn, the way the head itself was fitted.
+But it plays only inside this toolkit. Here the model's own next-token distributions are trained
+toward the head's, at every token of the word: at ` Only` the head's word distribution summed
+over each word's first token, and after each of the secret's tokens the head's distribution over
+the tokens that continue a word with that beginning (the way llm/word_steering.py names a word
+token by token). A soft target over thousands of words, not the one secret: hard targets at a few
+hundred positions taught recall (the answers list) or made-up words (the allowed list)
+(results/endgame-sft/, results/endgame-allowed/). Teaching the first token alone opened words the
+model then could not finish: made-up words rose from 14 to 45 of 400 answers
+(results/distill-head/); the later tokens' targets put mass only on tokens that spell an
+allowed word.
 
-So the trained part is a LoRA on the last layer's MLP (gate, up, down projections), and the rest
-of the model stays the start's: at each naming token the state after the last layer's attention
-(which the LoRA does not touch) is computed once by the frozen model, with the head's target from
-the final state. Training then runs one token's MLP per position, so many epochs over the
-positions cost seconds and the epoch is chosen on held-out validation positions, as the head's fit
-chooses its own. The positions are the solver's games on the allowed list's training words (never
-a held-out one), each game's first position with one candidate left, the teacher's true thought up
-to ` Only`: fresh ones, not the head's own fit positions (where it learnt the answer). The LoRA
-spans every projection of every layer, zero but there, so what is left is an ordinary adapter over
-the start (rl/policy.py merged_adapter) that mlx-lm, `export` and `eval --no-naming-head` play.
+The trained part is a LoRA on the last layer's MLP (gate, up, down projections), and the rest of
+the model stays the start's. That makes the training cheap and exact: the last layer's MLP at one
+token changes nothing but that token's logits, so the state after the last layer's attention at
+every taught token (` Only`, then the secret's tokens but its last) is computed once by the frozen
+model and the fit runs the MLP and output layer alone on those rows. The head's targets come from
+the final state at ` Only`. The positions are the solver's games on the allowed list's training
+words (never a held-out one), each game's first position with one candidate left, the teacher's
+true thought up to ` Only`: fresh ones, not the head's own fit positions (where it learnt the
+answer). The LoRA spans every projection of every layer, zero but there, so what is left is an
+ordinary adapter over the start (rl/policy.py merged_adapter) that mlx-lm, `export` and
+`eval --no-naming-head` play.
 
-The figures, read every `eval_every` epochs on held-out validation positions (the answer list's
-validation words) and on training answers' positions (memory or skill): `top1`, the share where
-the model's most likely next token opens the secret, and `mean_p`, that token's probability; the
-head's own at the same positions beside them.
+The figures, read every `eval_every` epochs on training positions, held-out validation positions
+(the answer list's validation words, which choose the epoch) and training answers' positions
+(memory or skill): `top1`, the share where the model's most likely first token opens the secret;
+`spells`, the share where its most likely token at every step spells the secret whole; `mean_p`,
+the secret's mean probability as a word (the product over its tokens); the head's own beside them.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
+from mlx.utils import tree_flatten
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.tuner.lora import LoRALinear
 
@@ -51,6 +57,7 @@ from common.options import SEED
 from common.progress import progress_bar
 from eval.endgame import EndgamePosition
 from eval.splits import held_out_validation, trainable
+from llm.cpu_streams import core_streams
 from llm.generation import copy_cache, prefix_cache, shared_prefix_length
 from llm.naming_head import NamingHead, head_beside
 from llm.output_layer import output_layer
@@ -64,86 +71,142 @@ from solver.setup import load_setup
 SETTINGS_FILE = "distill.json"  # the run's settings, compared when it is run again
 STATES_FILE = "states.npz"  # the frozen pass's states, saved as they grow: a killed run resumes
 METRICS_FILE = "metrics.jsonl"  # the figures at each reading
-PASS_BATCH = 8  # contexts a frozen pass (one pass over 200 ran for minutes where 25 of 8 take one)
+SAVE_EVERY = 32  # positions between saves of the states file
+TARGET_TOKENS = 512  # tokens kept of each row's target (the head's most likely, renormalised): dense rows of a
+#                      49k vocabulary for thousands of rows would take gigabytes, and the tail holds little mass
 TRAINED = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")  # the last layer's LoRA that trains
 SPLITS = ("train", "validation", "answers")  # fit positions, held-out readings, training answers' readings
 
 
 @dataclass(frozen=True)
 class DistillSettings:
-    positions: int = knob(640, "Training positions (fresh teacher positions of the allowed list's training words; "
-                               "each costs one frozen model pass).", range=(1, 1_000_000), flag="--positions")
-    validation_positions: int = knob(150, "Held-out validation positions (the answer list's validation words) "
+    positions: int = knob(2000, "Training positions (fresh teacher positions of the allowed list's training words; "
+                                "each costs one frozen model pass; 640 were learnt and carried a third, "
+                                "results/distill-head/).", range=(1, 1_000_000), flag="--positions")
+    validation_positions: int = knob(200, "Held-out validation positions (the answer list's validation words) "
                                           "that choose the epoch.", range=(1, 100_000),
                                      flag="--validation-positions")
     answer_positions: int = knob(100, "Training answers' positions read beside them (memory or skill).",
                                  range=(1, 100_000), flag="--answer-positions")
-    epochs: int = knob(300, "Full-batch epochs over the training positions.", range=(1, 1_000_000), flag="--epochs")
+    epochs: int = knob(20, "Epochs over the training rows (one row a taught token).", range=(1, 1_000_000),
+                       flag="--epochs")
+    batch_size: int = knob(256, "Rows a step.", range=(1, 1_000_000), flag="--batch-size")
     rank: int = knob(16, "LoRA rank.", range=(1, 1024), flag="--rank")
     scale: float = knob(20.0, "Multiplier of the LoRA update.", range=(0.0, 1000.0), open_low=True)
-    lr: float = knob(2e-4, "Adam learning rate.", range=(0.0, 1.0), open_low=True, flag="--lr")
-    eval_every: int = knob(10, "Epochs between readings (the best on validation is kept).", range=(1, 1_000_000),
+    lr: float = knob(5e-5, "Adam learning rate (2e-4 fell on validation after a few epochs in the first-token "
+                           "form, results/distill-head/).", range=(0.0, 1.0), open_low=True, flag="--lr")
+    eval_every: int = knob(1, "Epochs between readings (the best on validation is kept).", range=(1, 1_000_000),
                            flag="--eval-every")
     seed: int = knob_like(SEED)
 
 
+@dataclass(frozen=True)
+class Rows:
+    """One split's taught tokens: a row per token of each secret, the first at ` Only`."""
+    mids: np.ndarray  # (rows, hidden) the state after the last layer's attention
+    tokens: np.ndarray  # (rows,) the secret's token the row's logits should name
+    owners: np.ndarray  # (rows,) the position each row belongs to
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The head's next-token distribution at each row, cut to its `TARGET_TOKENS` most likely."""
+    tokens: np.ndarray  # (rows, kept) token ids
+    weights: np.ndarray  # (rows, kept) their probabilities, renormalised
+    secret_p: np.ndarray  # (rows,) the head's probability of the secret's token, before the cut
+    secret_top: np.ndarray  # (rows,) whether the secret's token is the head's most likely
+
+
 class Teacher:
-    """The frozen start and its head: at each position, the state after the last layer's attention
-    at the naming token, and the head's distribution over first tokens there."""
+    """The frozen start and its head: at each position's taught tokens, the state after the last
+    layer's attention, and the head's distributions over the next token there."""
 
     def __init__(self, model: nn.Module, tokenizer, head: NamingHead) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.vocabulary = WordTokens.of(tokenizer, load_setup("answers").lists.allowed)
         self.index = {w: i for i, w in enumerate(self.vocabulary.words)}
         self.score = head_scorer(model, head, self.vocabulary)
-        self.vocab_size = output_layer(model)(mx.zeros((1, model.args.hidden_size))).shape[-1]
 
-    def states(self, positions: list[EndgamePosition]) -> tuple[np.ndarray, np.ndarray]:
-        """(positions, hidden) twice: the state after the last layer's attention, and the final state."""
-        tokens = [naming_context(self.tokenizer, p) for p in positions]
-        mids, finals = [], []
-        with lora_off(self.model), vector_exp(self.model):
-            for start in range(0, len(tokens), PASS_BATCH):
-                mid, final = self._frozen_pass(tokens[start:start + PASS_BATCH])
-                mids.append(mid)
-                finals.append(final)
-        return np.concatenate(mids), np.concatenate(finals)
+    def secret_tokens(self, position: EndgamePosition) -> tuple[int, ...]:
+        return self.vocabulary.sequences[self.index[position.secret]]
 
-    def _frozen_pass(self, tokens: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    def states(self, positions: list[EndgamePosition]) -> tuple[Rows, np.ndarray]:
+        """The rows of every position, and the final state at each ` Only` (positions, hidden).
+
+        What every context opens with is run once and its cache shared; then each core runs one
+        context at a time on a stream of its own (llm/cpu_streams.py, the head's states' way)."""
+        contexts = [naming_context(self.tokenizer, p) + list(self.secret_tokens(p)[:-1]) for p in positions]
+        taught = [len(self.secret_tokens(p)) for p in positions]
+        mids: list[np.ndarray] = [np.zeros(0)] * len(positions)
+        finals: list[np.ndarray] = [np.zeros(0)] * len(positions)
+        if positions:
+            shared = shared_prefix_length(contexts)
+            with lora_off(self.model), vector_exp(self.model):
+                prefix = prefix_cache(self.model, contexts[0][:shared])
+                with core_streams() as streams:
+                    for first in range(0, len(positions), len(streams)):
+                        wave = list(range(first, min(first + len(streams), len(positions))))
+                        passes = []
+                        for stream, i in zip(streams, wave):
+                            with mx.stream(stream):
+                                passes.append(self._frozen_pass(prefix, contexts[i][shared:], taught[i]))
+                        mx.eval(passes)
+                        for i, (mid, final) in zip(wave, passes):
+                            mids[i], finals[i] = np.array(mid), np.array(final)
+        hidden = self.model.args.hidden_size
+        rows = Rows(np.concatenate(mids) if positions else np.zeros((0, hidden), np.float32),
+                    np.array([t for p in positions for t in self.secret_tokens(p)], np.int64),
+                    np.repeat(np.arange(len(positions)), taught))
+        return rows, np.stack(finals) if positions else np.zeros((0, hidden), np.float32)
+
+    def _frozen_pass(self, prefix: list, rest: list[int], taught: int) -> tuple[mx.array, mx.array]:
+        """(taught, hidden) states after the last layer's attention at the context's last `taught`
+        tokens, and the final state at the first of them (` Only`)."""
         inner = self.model.model
-        shared = shared_prefix_length(tokens) if len(tokens) > 1 else len(tokens[0]) - 1
-        prefix = prefix_cache(self.model, tokens[0][:shared])
-        rests = [t[shared:] for t in tokens]
-        width = max(map(len, rests))
-        caches = [copy_cache(layer, len(rests)) for layer in prefix]
-        h = inner.embed_tokens(mx.array([r + [0] * (width - len(r)) for r in rests]))
-        mask = create_attention_mask(h, caches[0])
-        for layer, cache in zip(inner.layers[:-1], caches):
+        caches = [copy_cache(layer, 1) for layer in prefix]
+        h = inner.embed_tokens(mx.array([rest]))
+        mask = create_attention_mask(h, caches[0] if caches else None)
+        for layer, cache in zip(inner.layers[:-1], caches or [None] * len(inner.layers)):
             h = layer(h, mask, cache=cache)
-        last_layer = inner.layers[-1]
-        mid = h + last_layer.self_attn(last_layer.input_layernorm(h), mask, cache=caches[-1])
-        rows, last = mx.arange(len(rests)), mx.array([len(r) - 1 for r in rests])
-        mid = mid[rows, last]
-        final = inner.norm(mid + last_layer.mlp(last_layer.post_attention_layernorm(mid)))
-        mx.eval(mid, final)
-        return np.array(mid.astype(mx.float32)), np.array(final.astype(mx.float32))
+        last = inner.layers[-1]
+        mid = (h + last.self_attn(last.input_layernorm(h), mask, cache=caches[-1] if caches else None))[0, -taught:]
+        naming = mid[:1]
+        final = inner.norm(naming + last.mlp(last.post_attention_layernorm(naming)))[0]
+        return mid.astype(mx.float32), final.astype(mx.float32)
 
-    def targets(self, finals: np.ndarray, positions: list[EndgamePosition]) -> np.ndarray:
-        """The head's word distribution (words played or refused there banned, as in play) summed
-        onto each word's first token: (positions, vocab)."""
+    def targets(self, finals: np.ndarray, positions: list[EndgamePosition], rows: Rows) -> Targets:
+        """At each row, the head's word distribution (words played or refused there banned, as in
+        play) over the words that begin with the secret's tokens before the row, summed onto their
+        next token."""
         logits = np.array(self.score(mx.array(finals)))
-        for row, position in enumerate(positions):
+        padded = self.vocabulary.padded
+        kept = min(TARGET_TOKENS, len(np.unique(self.vocabulary.first)))
+        tokens = np.zeros((len(rows.tokens), kept), np.int64)
+        weights = np.zeros((len(rows.tokens), kept), np.float32)
+        secret_p, secret_top = np.zeros(len(rows.tokens), np.float32), np.zeros(len(rows.tokens), bool)
+        row = 0
+        for i, position in enumerate(positions):
             banned = [*position.state.guesses, *(r.guess for r in position.rejected)]
-            logits[row, [self.index[w] for w in banned if w in self.index]] = -np.inf
-        p = np.exp(logits - logits.max(axis=1, keepdims=True))
-        p /= p.sum(axis=1, keepdims=True)
-        targets = np.zeros((len(positions), self.vocab_size), np.float32)
-        for row in range(len(positions)):
-            np.add.at(targets[row], self.vocabulary.first, p[row])
-        return targets
-
-    def secret_first(self, positions: list[EndgamePosition]) -> np.ndarray:
-        return self.vocabulary.first[[self.index[p.secret] for p in positions]]
+            scores = logits[i].astype(np.float64)
+            scores[[self.index[w] for w in banned if w in self.index]] = -np.inf
+            p = np.exp(scores - scores.max())
+            secret = self.secret_tokens(position)
+            live = np.flatnonzero(p > 0)
+            for depth, token in enumerate(secret):
+                live = live[padded[live, depth] >= 0]
+                mass = np.bincount(padded[live, depth], weights=p[live], minlength=1)
+                if mass.sum() <= 0:
+                    mass = np.zeros(token + 1)
+                    mass[token] = 1.0
+                mass /= mass.sum()
+                secret_p[row] = mass[token] if token < len(mass) else 0.0
+                secret_top[row] = int(mass.argmax()) == token
+                order = np.argsort(-mass)[:kept]
+                tokens[row, :len(order)], weights[row, :len(order)] = order, mass[order]
+                weights[row] /= weights[row].sum()
+                live = live[padded[live, depth] == token]
+                row += 1
+        return Targets(tokens, weights, secret_p, secret_top)
 
 
 @contextmanager
@@ -162,23 +225,42 @@ def lora_off(model: nn.Module) -> Iterator[None]:
 
 def naming_logits(model: nn.Module, mids: mx.array) -> mx.array:
     """Next-token logits from the states after the last layer's attention, through its MLP (and
-    LoRA) and the output layer: what the model itself names there."""
+    LoRA) and the output layer: what the model itself writes next there."""
     last = model.model.layers[-1]
     out = mids + last.mlp(last.post_attention_layernorm(mids))
     return output_layer(model)(model.model.norm(out)).astype(mx.float32)
 
 
-def distill_loss(model: nn.Module, mids: mx.array, targets: mx.array) -> mx.array:
-    """Cross-entropy from the head's first-token distribution to the model's next token."""
-    return -(targets * nn.log_softmax(naming_logits(model, mids), axis=-1)).sum(axis=-1).mean()
+def distill_loss(model: nn.Module, mids: mx.array, tokens: mx.array, weights: mx.array) -> mx.array:
+    """Cross-entropy from the head's next-token distribution (its kept tokens) to the model's."""
+    log_p = nn.log_softmax(naming_logits(model, mids), axis=-1)
+    return -(weights * mx.take_along_axis(log_p, tokens, axis=-1)).sum(axis=-1).mean()
 
 
-def first_token_figures(probabilities: np.ndarray, secret_first: np.ndarray) -> dict[str, float]:
-    """`top1`: the share of positions whose most likely first token opens the secret; `mean_p`: that
-    token's mean probability (for a secret of one token, the word's)."""
-    rows = np.arange(len(secret_first))
-    return {"top1": round(float(np.mean(probabilities.argmax(axis=1) == secret_first)), 5),
-            "mean_p": round(float(np.mean(probabilities[rows, secret_first])), 5)}
+def word_figures(secret_p: np.ndarray, secret_top: np.ndarray, owners: np.ndarray) -> dict[str, float]:
+    """`top1`: the share of positions whose most likely first token opens the secret; `spells`: whose
+    most likely token at every step is the secret's; `mean_p`: the secret's mean probability as a
+    word (the product of its tokens')."""
+    count = int(owners.max()) + 1 if len(owners) else 0
+    first = np.r_[True, owners[1:] != owners[:-1]] if len(owners) else np.zeros(0, bool)
+    log_p = np.bincount(owners, weights=np.log(np.maximum(secret_p, 1e-30)), minlength=count)
+    misses = np.bincount(owners, weights=~secret_top, minlength=count)
+    return {"top1": round(float(np.mean(secret_top[first])), 5), "spells": round(float(np.mean(misses == 0)), 5),
+            "mean_p": round(float(np.mean(np.exp(log_p))), 5)}
+
+
+def model_figures(model: nn.Module, rows: Rows, chunk: int = 512) -> dict[str, float]:
+    """`word_figures` of the model's own next-token distributions at the rows."""
+    secret_p, secret_top = [], []
+    for start in range(0, len(rows.tokens), chunk):
+        logits = naming_logits(model, mx.array(rows.mids[start:start + chunk]))
+        tokens = mx.array(rows.tokens[start:start + chunk])[:, None]
+        p = mx.take_along_axis(mx.softmax(logits, axis=-1), tokens, axis=-1)[:, 0]
+        top = logits.argmax(axis=-1) == tokens[:, 0]
+        mx.eval(p, top)
+        secret_p.append(np.array(p))
+        secret_top.append(np.array(top))
+    return word_figures(np.concatenate(secret_p), np.concatenate(secret_top), rows.owners)
 
 
 def distill_positions(settings: DistillSettings) -> dict[str, list[EndgamePosition]]:
@@ -224,94 +306,106 @@ def run_distill(model_spec: str, adapter: str, out: str, settings: DistillSettin
     splits = distill_positions(settings)
     policy = trainable_model(model_spec, adapter, settings, dtype)
     teacher = Teacher(policy.model, policy.tokenizer, head)
-    mids, finals = _gather(folder / STATES_FILE, teacher, splits, show_progress)
+    rows, finals = _gather(folder / STATES_FILE, teacher, splits, show_progress)
     gathered = time.perf_counter()
-    targets = {name: teacher.targets(finals[name], splits[name]) for name in SPLITS}
-    secrets = {name: teacher.secret_first(splits[name]) for name in SPLITS}
-    curve, best = _fit(policy, mids, targets, secrets, settings, folder, show_progress)
+    targets = {name: teacher.targets(finals[name], splits[name], rows[name]) for name in SPLITS}
+    curve, best = _fit(policy, rows, targets["train"], settings, folder, show_progress)
     policy.model.load_weights(list(best.pop("weights").items()), strict=False)
     policy.export(folder / "best")
     summary = {"model": model_spec, "adapter": adapter, "head": str(head_file), "settings": asdict(settings),
                "positions": {name: len(p) for name, p in splits.items()},
-               "head_figures": {name: first_token_figures(targets[name], secrets[name]) for name in SPLITS},
+               "rows": {name: len(rows[name].tokens) for name in SPLITS},
+               "head_figures": {name: word_figures(targets[name].secret_p, targets[name].secret_top,
+                                                   rows[name].owners) for name in SPLITS},
                "curve": curve, "best": best, "states_seconds": round(gathered - began, 1),
                "fit_seconds": round(time.perf_counter() - gathered, 1)}
     atomic_write_json(folder / "summary.json", summary)
     return summary
 
 
-def _fit(policy, mids: dict[str, np.ndarray], targets: dict[str, np.ndarray], secrets: dict[str, np.ndarray],
-         settings: DistillSettings, folder: Path, show_progress: bool) -> tuple[list[dict], dict]:
-    """Full-batch Adam on the training positions; the epoch best on validation (top-1, then mean p)."""
+def _fit(policy, rows: dict[str, Rows], targets: Targets, settings: DistillSettings, folder: Path,
+         show_progress: bool) -> tuple[list[dict], dict]:
+    """Adam over shuffled batches of the training rows; the epoch best on validation (the secret's
+    mean word probability, then the share spelt)."""
     model = policy.model
-    h = {name: mx.array(array) for name, array in mids.items()}
-    train_targets = mx.array(targets["train"])
-    loss_and_grad = nn.value_and_grad(model, lambda m: distill_loss(m, h["train"], train_targets))
+    train = rows["train"]
+    loss_and_grad = nn.value_and_grad(model, distill_loss)
     optimizer = optim.Adam(learning_rate=settings.lr)
+    order_rng = np.random.default_rng(settings.seed)
 
     def reading(epoch: int, loss: float | None) -> dict:
         point = {"epoch": epoch, "loss": None if loss is None else round(loss, 5)}
-        for name in SPLITS:
-            point[name] = first_token_figures(np.array(mx.softmax(naming_logits(model, h[name]), axis=-1)),
-                                              secrets[name])
+        point.update({name: model_figures(model, rows[name]) for name in SPLITS})
         append_line(folder / METRICS_FILE, json.dumps(point))
         return point
 
+    def rank(point: dict) -> tuple[float, float]:
+        return point["validation"]["mean_p"], point["validation"]["spells"]
+
     curve = [reading(0, None)]
-    best = {**curve[0], "weights": dict(_trainable(model))}
-    with progress_bar("epochs", disable=not show_progress) as progress:
-        task = progress.add_task("distill fit", total=settings.epochs)
+    best = {**curve[0], "weights": dict(tree_flatten(model.trainable_parameters()))}
+    steps = -(-len(train.tokens) // settings.batch_size)
+    with progress_bar("steps", disable=not show_progress) as progress:
+        task = progress.add_task("distill fit", total=settings.epochs * steps)
         for epoch in range(1, settings.epochs + 1):
-            loss, grads = loss_and_grad(model)
-            optimizer.update(model, grads)
-            mx.eval(model.trainable_parameters(), optimizer.state, loss)
-            if not np.isfinite(float(loss)):
-                raise UserError(f"epoch {epoch}: the loss is not finite (lower --lr); nothing was written")
+            order, losses = order_rng.permutation(len(train.tokens)), []
+            for start in range(0, len(order), settings.batch_size):
+                chosen = order[start:start + settings.batch_size]
+                loss, grads = loss_and_grad(model, mx.array(train.mids[chosen]), mx.array(targets.tokens[chosen]),
+                                            mx.array(targets.weights[chosen]))
+                optimizer.update(model, grads)
+                mx.eval(model.trainable_parameters(), optimizer.state, loss)
+                if not np.isfinite(float(loss)):
+                    raise UserError(f"epoch {epoch}: the loss is not finite (lower --lr); nothing was written")
+                losses.append(float(loss) * len(chosen))
+                progress.advance(task)
             if epoch % settings.eval_every == 0 or epoch == settings.epochs:
-                point = reading(epoch, float(loss))
+                point = reading(epoch, sum(losses) / len(order))
                 curve.append(point)
-                if (point["validation"]["top1"], point["validation"]["mean_p"]) > \
-                        (best["validation"]["top1"], best["validation"]["mean_p"]):
-                    best = {**point, "weights": dict(_trainable(model))}
-            progress.advance(task)
+                if rank(point) > rank(best):
+                    best = {**point, "weights": dict(tree_flatten(model.trainable_parameters()))}
     return curve, best
 
 
-def _trainable(model: nn.Module) -> Iterator[tuple[str, mx.array]]:
-    from mlx.utils import tree_flatten
-
-    return iter(tree_flatten(model.trainable_parameters()))
-
-
 def _gather(path: Path, teacher: Teacher, splits: dict[str, list[EndgamePosition]],
-            show_progress: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Every split's (mid, final) states: those in `path` first, then the rest, saved after each pass."""
+            show_progress: bool) -> tuple[dict[str, Rows], dict[str, np.ndarray]]:
+    """Every split's rows and ` Only` states: those in `path` first, then the rest, saved as they grow."""
     hidden = teacher.model.args.hidden_size
     saved = read_arrays(path, "a distill states file", "delete it to start again") if path.exists() else {}
-    mids = {name: saved.get(f"{name}_mid", np.zeros((0, hidden), np.float32)) for name in SPLITS}
+    if saved and any(f"{name}_owners" not in saved for name in SPLITS):
+        raise UserError(f"{path} holds another form of distill states (the first token's only): delete it to "
+                        "start again")
+    empty = Rows(np.zeros((0, hidden), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    rows = {name: Rows(saved[f"{name}_mid"], saved[f"{name}_tokens"], saved[f"{name}_owners"]) if saved else empty
+            for name in SPLITS}
     finals = {name: saved.get(f"{name}_final", np.zeros((0, hidden), np.float32)) for name in SPLITS}
     for name in SPLITS:
         keys = [str(k) for k in saved.get(f"{name}_keys", [])]
-        if keys != [p.key for p in splits[name][:len(keys)]] or mids[name].shape[1:] != (hidden,):
+        if keys != [p.key for p in splits[name][:len(keys)]] or rows[name].mids.shape[1:] != (hidden,):
             raise UserError(f"{path} holds other positions or another model's states: delete it to start again")
-    missing = sum(len(splits[name]) - len(mids[name]) for name in SPLITS)
+    missing = sum(len(splits[name]) - len(finals[name]) for name in SPLITS)
     with progress_bar("positions", disable=not show_progress or not missing) as progress:
         task = progress.add_task("frozen pass", total=missing)
         for name in SPLITS:
-            while len(mids[name]) < len(splits[name]):
-                done = len(mids[name])
-                mid, final = teacher.states(splits[name][done:done + 4 * PASS_BATCH])
-                mids[name], finals[name] = np.concatenate([mids[name], mid]), np.concatenate([finals[name], final])
-                _save_states(path, mids, finals, splits)
-                progress.advance(task, len(mid))
-    return mids, finals
+            while len(finals[name]) < len(splits[name]):
+                done = len(finals[name])
+                more, final = teacher.states(splits[name][done:done + SAVE_EVERY])
+                have = rows[name]
+                rows[name] = Rows(np.concatenate([have.mids, more.mids]), np.concatenate([have.tokens, more.tokens]),
+                                  np.concatenate([have.owners, more.owners + done]))
+                finals[name] = np.concatenate([finals[name], final])
+                _save_states(path, rows, finals, splits)
+                progress.advance(task, len(final))
+    return rows, finals
 
 
-def _save_states(path: Path, mids: dict, finals: dict, splits: dict[str, list[EndgamePosition]]) -> None:
+def _save_states(path: Path, rows: dict[str, Rows], finals: dict[str, np.ndarray],
+                 splits: dict[str, list[EndgamePosition]]) -> None:
     arrays = {}
     for name in SPLITS:
-        arrays[f"{name}_mid"], arrays[f"{name}_final"] = mids[name], finals[name]
-        arrays[f"{name}_keys"] = np.array([p.key for p in splits[name][:len(mids[name])]])
+        arrays[f"{name}_mid"], arrays[f"{name}_final"] = rows[name].mids, finals[name]
+        arrays[f"{name}_tokens"], arrays[f"{name}_owners"] = rows[name].tokens, rows[name].owners
+        arrays[f"{name}_keys"] = np.array([p.key for p in splits[name][:len(finals[name])]])
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as f:
@@ -337,12 +431,13 @@ def _check_settings(folder: Path, model_spec: str, adapter: str, settings: Disti
 
 
 def summary_line(summary: dict) -> str:
-    """One line: the plain model's top-1 at held-out validation and training answers' positions,
-    before and at the chosen epoch, beside the head's."""
+    """One line: how often the plain model's most likely tokens spell the secret at held-out
+    validation and training answers' positions, before and at the chosen epoch, beside the head's."""
     start, best, head = summary["curve"][0], summary["best"], summary["head_figures"]
     return (f"distill (epoch {best['epoch']} of {summary['settings']['epochs']}, {summary['positions']['train']:,} "
-            f"positions): the model's own next token opens the secret at held-out validation positions "
-            f"{start['validation']['top1']:.3f} -> {best['validation']['top1']:.3f} (the head "
-            f"{head['validation']['top1']:.3f}), training answers {start['answers']['top1']:.3f} -> "
-            f"{best['answers']['top1']:.3f}, its training positions {start['train']['top1']:.3f} -> "
-            f"{best['train']['top1']:.3f}")
+            f"positions): the model's own most likely tokens spell the secret at held-out validation positions "
+            f"{start['validation']['spells']:.3f} -> {best['validation']['spells']:.3f} (the head "
+            f"{head['validation']['spells']:.3f}; its word probability {start['validation']['mean_p']:.3f} -> "
+            f"{best['validation']['mean_p']:.3f}), training answers {start['answers']['spells']:.3f} -> "
+            f"{best['answers']['spells']:.3f}, its training positions {start['train']['spells']:.3f} -> "
+            f"{best['train']['spells']:.3f}")

@@ -24,15 +24,16 @@ from rl.distill import DistillSettings
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @json_option
 def distill_command(model, adapter, out, dtype, quiet, json_path, **knobs) -> None:
-    """Teach the model to name what its naming head names: at fresh one-candidate positions of
-    training words (the allowed list's, never a held-out one), the model's own next token at
-    ' Only' is trained toward the head's word distribution summed over each word's first token,
-    with a LoRA on the last layer's MLP. The head stays behind: OUT/best is an ordinary mlx-lm
-    adapter that plays without it (eval --no-naming-head, export, mlx_lm.generate).
+    """Teach the model to name what its naming head names, token by token: at fresh one-candidate
+    positions of training words (the allowed list's, never a held-out one), the model's own next
+    token at ' Only' and after each of the secret's tokens is trained toward the head's
+    distribution over the tokens that begin (then continue) an allowed word, with a LoRA on the
+    last layer's MLP. The head stays behind: OUT/best is an ordinary mlx-lm adapter that plays
+    without it (eval --no-naming-head, export, mlx_lm.generate).
 
-    The frozen model runs once a position (about 1 s on 2 cores; kept in OUT/states.npz, so a
+    The frozen model runs once a position (about 0.7 s on 2 cores; kept in OUT/states.npz, so a
     killed run resumes and a refit with other --epochs or --lr skips it); the fit's epoch is chosen
-    on held-out validation positions."""
+    on held-out validation positions by the secret's probability as a word."""
     from common.fileio import atomic_write_json
     from common.run_lock import run_lock
     from rl.distill import run_distill, summary_line
