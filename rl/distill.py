@@ -14,17 +14,22 @@ model then could not finish: made-up words rose from 14 to 45 of 400 answers
 (results/distill-head/); the later tokens' targets put mass only on tokens that spell an
 allowed word.
 
-The trained part is a LoRA on the last layer's MLP (gate, up, down projections), and the rest of
-the model stays the start's. That makes the training cheap and exact: the last layer's MLP at one
-token changes nothing but that token's logits, so the state after the last layer's attention at
-every taught token (` Only`, then the secret's tokens but its last) is computed once by the frozen
-model and the fit runs the MLP and output layer alone on those rows. The head's targets come from
-the final state at ` Only`. The positions are the solver's games on the allowed list's training
-words (never a held-out one), each game's first position with one candidate left, the teacher's
-true thought up to ` Only`: fresh ones, not the head's own fit positions (where it learnt the
-answer). The LoRA spans every projection of every layer, zero but there, so what is left is an
-ordinary adapter over the start (rl/policy.py merged_adapter) that mlx-lm, `export` and
-`eval --no-naming-head` play.
+What learns is one of two parts, and the rest of the model stays the start's, which makes the
+training cheap and exact: the state after the last layer's attention at every taught token
+(` Only`, then the secret's tokens but its last) is computed once by the frozen model, and the fit
+runs only what follows it on those rows. `--part output` (the default) trains a spelling term in
+the output layer (llm/spelled_output.py: W + S P, S each token's letters): a token embedding does
+not spell its token, so no change of the state can score "an `r` in the third place" across words
+never seen as a secret, and the head generalises through exactly that term. The layer is then one
+plain matrix, written as the `lm_head` of the start fused (OUT/model, an mlx-lm model folder that
+`eval --model`, `mlx_lm.generate` and any runtime play). `--part mlp` trains a LoRA on the last
+layer's MLP instead (its change at a token moves only that token's logits), zero on every other
+projection, so OUT/best is an ordinary adapter over the start (rl/policy.py merged_adapter); it
+learnt its training positions and not held-out ones (results/distill-word/). The head's targets
+come from the final state at ` Only`. The positions are the solver's games on the allowed list's
+training words (never a held-out one), each game's first position with one candidate left, the
+teacher's true thought up to ` Only`: fresh ones, not the head's own fit positions (where it
+learnt the answer).
 
 The figures, read every `eval_every` epochs on training positions, held-out validation positions
 (the answer list's validation words, which choose the epoch) and training answers' positions
@@ -60,7 +65,8 @@ from eval.splits import held_out_validation, trainable
 from llm.cpu_streams import core_streams
 from llm.generation import copy_cache, prefix_cache, shared_prefix_length
 from llm.naming_head import NamingHead, head_beside
-from llm.output_layer import output_layer
+from llm.output_layer import output_layer, output_weight
+from llm.spelled_output import SpelledOutput, token_spelling, write_output_layer
 from llm.vector_exp import vector_exp
 from llm.word_steering import WordTokens, head_scorer
 from rl.naming_head import naming_context, one_candidate_positions
@@ -88,13 +94,18 @@ class DistillSettings:
                                      flag="--validation-positions")
     answer_positions: int = knob(100, "Training answers' positions read beside them (memory or skill).",
                                  range=(1, 100_000), flag="--answer-positions")
-    epochs: int = knob(20, "Epochs over the training rows (one row a taught token).", range=(1, 1_000_000),
+    epochs: int = knob(15, "Epochs over the training rows (one row a taught token).", range=(1, 1_000_000),
                        flag="--epochs")
     batch_size: int = knob(256, "Rows a step.", range=(1, 1_000_000), flag="--batch-size")
-    rank: int = knob(16, "LoRA rank.", range=(1, 1024), flag="--rank")
+    part: str = knob("output", "What learns: 'output', a spelling term in the output layer (OUT/model, a fused "
+                               "model), or 'mlp', a LoRA on the last layer's MLP (OUT/best, an adapter; it learnt its "
+                               "training positions only, results/distill-word/).", choices=("output", "mlp"),
+                     flag="--part")
+    rank: int = knob(16, "LoRA rank (--part mlp).", range=(1, 1024), flag="--rank")
     scale: float = knob(20.0, "Multiplier of the LoRA update.", range=(0.0, 1000.0), open_low=True)
-    lr: float = knob(5e-5, "Adam learning rate (2e-4 fell on validation after a few epochs in the first-token "
-                           "form, results/distill-head/).", range=(0.0, 1.0), open_low=True, flag="--lr")
+    lr: float = knob(1e-3, "Adam learning rate (for --part mlp 5e-5: faster rates learnt the training positions "
+                           "sooner and no held-out ones, results/distill-word/).", range=(0.0, 1.0), open_low=True,
+                     flag="--lr")
     eval_every: int = knob(1, "Epochs between readings (the best on validation is kept).", range=(1, 1_000_000),
                            flag="--eval-every")
     seed: int = knob_like(SEED)
@@ -231,9 +242,9 @@ def naming_logits(model: nn.Module, mids: mx.array) -> mx.array:
     return output_layer(model)(model.model.norm(out)).astype(mx.float32)
 
 
-def distill_loss(model: nn.Module, mids: mx.array, tokens: mx.array, weights: mx.array) -> mx.array:
-    """Cross-entropy from the head's next-token distribution (its kept tokens) to the model's."""
-    log_p = nn.log_softmax(naming_logits(model, mids), axis=-1)
+def distill_loss(logits: mx.array, tokens: mx.array, weights: mx.array) -> mx.array:
+    """Cross-entropy from the head's next-token distribution (its kept tokens) to the model's logits."""
+    log_p = nn.log_softmax(logits, axis=-1)
     return -(weights * mx.take_along_axis(log_p, tokens, axis=-1)).sum(axis=-1).mean()
 
 
@@ -249,11 +260,62 @@ def word_figures(secret_p: np.ndarray, secret_top: np.ndarray, owners: np.ndarra
             "mean_p": round(float(np.mean(np.exp(log_p))), 5)}
 
 
-def model_figures(model: nn.Module, rows: Rows, chunk: int = 512) -> dict[str, float]:
-    """`word_figures` of the model's own next-token distributions at the rows."""
+class Student:
+    """What the fit trains and how it makes a row's logits: `--part output`, the spelled output
+    layer (llm/spelled_output.py) on the frozen start's final state; `--part mlp`, the LoRA of the
+    last layer's MLP on the state after its attention."""
+
+    def __init__(self, policy, part: str) -> None:
+        self.policy, self.part = policy, part
+        if part == "mlp":
+            self.module = policy.model
+        else:
+            weight = output_weight(policy.model).astype(mx.float32)
+            self.module = SpelledOutput(weight, mx.array(token_spelling(policy.tokenizer, weight.shape[0])))
+
+    def inputs(self, rows: Rows) -> np.ndarray:
+        return rows.mids if self.part == "mlp" else final_states(self.policy.model, rows.mids)
+
+    def logits(self, module: nn.Module, inputs: mx.array) -> mx.array:
+        return naming_logits(module, inputs) if self.part == "mlp" else module(inputs)
+
+    def trained(self) -> dict[str, mx.array]:
+        return dict(tree_flatten(self.module.trainable_parameters()))
+
+    def write(self, folder: Path, model_spec: str, adapter: str, dtype: str) -> Path:
+        """The trained model: `best/`, an adapter over the start (mlp), or `model/`, the start fused
+        with the spelled output layer as its `lm_head` (output)."""
+        if self.part == "mlp":
+            self.policy.export(folder / "best")
+            return folder / "best"
+        from sft.export import RECORD, export_model
+
+        out = folder / "model"
+        export_model(model_spec, Path(adapter), out, dtype)
+        write_output_layer(out, self.module.merged())
+        record = read_json(out / RECORD, "the export record")
+        record["output_layer"] = f"spelled (llm/spelled_output.py), fitted by distill in {folder}"
+        atomic_write_json(out / RECORD, record)
+        return out
+
+
+def final_states(model: nn.Module, mids: np.ndarray, chunk: int = 1024) -> np.ndarray:
+    """The frozen start's final (normed) states at the rows, from the states after the last layer's attention."""
+    last, finals = model.model.layers[-1], []
+    with lora_off(model):
+        for start in range(0, len(mids), chunk):
+            h = mx.array(mids[start:start + chunk])
+            final = model.model.norm(h + last.mlp(last.post_attention_layernorm(h)))
+            mx.eval(final)
+            finals.append(np.array(final.astype(mx.float32)))
+    return np.concatenate(finals) if finals else np.zeros_like(mids)
+
+
+def model_figures(student: Student, inputs: np.ndarray, rows: Rows, chunk: int = 512) -> dict[str, float]:
+    """`word_figures` of the student's own next-token distributions at the rows."""
     secret_p, secret_top = [], []
     for start in range(0, len(rows.tokens), chunk):
-        logits = naming_logits(model, mx.array(rows.mids[start:start + chunk]))
+        logits = student.logits(student.module, mx.array(inputs[start:start + chunk]))
         tokens = mx.array(rows.tokens[start:start + chunk])[:, None]
         p = mx.take_along_axis(mx.softmax(logits, axis=-1), tokens, axis=-1)[:, 0]
         top = logits.argmax(axis=-1) == tokens[:, 0]
@@ -309,10 +371,12 @@ def run_distill(model_spec: str, adapter: str, out: str, settings: DistillSettin
     rows, finals = _gather(folder / STATES_FILE, teacher, splits, show_progress)
     gathered = time.perf_counter()
     targets = {name: teacher.targets(finals[name], splits[name], rows[name]) for name in SPLITS}
-    curve, best = _fit(policy, rows, targets["train"], settings, folder, show_progress)
-    policy.model.load_weights(list(best.pop("weights").items()), strict=False)
-    policy.export(folder / "best")
+    student = Student(policy, settings.part)
+    curve, best = _fit(student, rows, targets["train"], settings, folder, show_progress)
+    student.module.load_weights(list(best.pop("weights").items()), strict=False)
+    written = student.write(folder, model_spec, adapter, dtype)
     summary = {"model": model_spec, "adapter": adapter, "head": str(head_file), "settings": asdict(settings),
+               "written": str(written),
                "positions": {name: len(p) for name, p in splits.items()},
                "rows": {name: len(rows[name].tokens) for name in SPLITS},
                "head_figures": {name: word_figures(targets[name].secret_p, targets[name].secret_top,
@@ -323,19 +387,20 @@ def run_distill(model_spec: str, adapter: str, out: str, settings: DistillSettin
     return summary
 
 
-def _fit(policy, rows: dict[str, Rows], targets: Targets, settings: DistillSettings, folder: Path,
+def _fit(student: Student, rows: dict[str, Rows], targets: Targets, settings: DistillSettings, folder: Path,
          show_progress: bool) -> tuple[list[dict], dict]:
     """Adam over shuffled batches of the training rows; the epoch best on validation (the secret's
     mean word probability, then the share spelt)."""
-    model = policy.model
+    inputs = {name: student.inputs(rows[name]) for name in SPLITS}
     train = rows["train"]
-    loss_and_grad = nn.value_and_grad(model, distill_loss)
+    loss_and_grad = nn.value_and_grad(student.module, lambda module, x, tokens, weights: distill_loss(
+        student.logits(module, x), tokens, weights))
     optimizer = optim.Adam(learning_rate=settings.lr)
     order_rng = np.random.default_rng(settings.seed)
 
     def reading(epoch: int, loss: float | None) -> dict:
         point = {"epoch": epoch, "loss": None if loss is None else round(loss, 5)}
-        point.update({name: model_figures(model, rows[name]) for name in SPLITS})
+        point.update({name: model_figures(student, inputs[name], rows[name]) for name in SPLITS})
         append_line(folder / METRICS_FILE, json.dumps(point))
         return point
 
@@ -343,7 +408,7 @@ def _fit(policy, rows: dict[str, Rows], targets: Targets, settings: DistillSetti
         return point["validation"]["mean_p"], point["validation"]["spells"]
 
     curve = [reading(0, None)]
-    best = {**curve[0], "weights": dict(tree_flatten(model.trainable_parameters()))}
+    best = {**curve[0], "weights": student.trained()}
     steps = -(-len(train.tokens) // settings.batch_size)
     with progress_bar("steps", disable=not show_progress) as progress:
         task = progress.add_task("distill fit", total=settings.epochs * steps)
@@ -351,10 +416,10 @@ def _fit(policy, rows: dict[str, Rows], targets: Targets, settings: DistillSetti
             order, losses = order_rng.permutation(len(train.tokens)), []
             for start in range(0, len(order), settings.batch_size):
                 chosen = order[start:start + settings.batch_size]
-                loss, grads = loss_and_grad(model, mx.array(train.mids[chosen]), mx.array(targets.tokens[chosen]),
-                                            mx.array(targets.weights[chosen]))
-                optimizer.update(model, grads)
-                mx.eval(model.trainable_parameters(), optimizer.state, loss)
+                loss, grads = loss_and_grad(student.module, mx.array(inputs["train"][chosen]),
+                                            mx.array(targets.tokens[chosen]), mx.array(targets.weights[chosen]))
+                optimizer.update(student.module, grads)
+                mx.eval(student.module.trainable_parameters(), optimizer.state, loss)
                 if not np.isfinite(float(loss)):
                     raise UserError(f"epoch {epoch}: the loss is not finite (lower --lr); nothing was written")
                 losses.append(float(loss) * len(chosen))
@@ -363,7 +428,7 @@ def _fit(policy, rows: dict[str, Rows], targets: Targets, settings: DistillSetti
                 point = reading(epoch, sum(losses) / len(order))
                 curve.append(point)
                 if rank(point) > rank(best):
-                    best = {**point, "weights": dict(tree_flatten(model.trainable_parameters()))}
+                    best = {**point, "weights": student.trained()}
     return curve, best
 
 

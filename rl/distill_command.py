@@ -18,7 +18,8 @@ from rl.distill import DistillSettings
 @click.option("--adapter", required=True, type=click.Path(file_okay=False),
               help="The start adapter, with the naming head to distil beside it (naming-head writes it).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), callback=writable_folder,
-              help="The run folder: checkpoints, metrics.jsonl, best/ (chosen on held-out validation) and adapter/.")
+              help="The run folder: states.npz, metrics.jsonl, summary.json, and model/ (--part output) or "
+                   "best/ (--part mlp), chosen on held-out validation.")
 @knob_options(declared(DistillSettings))
 @dtype_option
 @click.option("--quiet", is_flag=True, help="No progress bar.")
@@ -27,13 +28,15 @@ def distill_command(model, adapter, out, dtype, quiet, json_path, **knobs) -> No
     """Teach the model to name what its naming head names, token by token: at fresh one-candidate
     positions of training words (the allowed list's, never a held-out one), the model's own next
     token at ' Only' and after each of the secret's tokens is trained toward the head's
-    distribution over the tokens that begin (then continue) an allowed word, with a LoRA on the
-    last layer's MLP. The head stays behind: OUT/best is an ordinary mlx-lm adapter that plays
-    without it (eval --no-naming-head, export, mlx_lm.generate).
+    distribution over the tokens that begin (then continue) an allowed word. What learns
+    (--part): a spelling term in the output layer (default), written as the lm_head of the start
+    fused, OUT/model, a plain mlx-lm model folder; or a LoRA on the last layer's MLP, OUT/best, an
+    adapter. The head stays behind: both play without it (eval --model OUT/model, eval --adapter
+    OUT/best, mlx_lm.generate).
 
-    The frozen model runs once a position (about 0.7 s on 2 cores; kept in OUT/states.npz, so a
-    killed run resumes and a refit with other --epochs or --lr skips it); the fit's epoch is chosen
-    on held-out validation positions by the secret's probability as a word."""
+    The frozen model runs once a position (about 0.6 s on 2 cores; kept in OUT/states.npz, so a
+    killed run resumes and a refit with other --epochs, --lr or --part skips it); the fit's epoch is
+    chosen on held-out validation positions by the secret's probability as a word."""
     from common.fileio import atomic_write_json
     from common.run_lock import run_lock
     from rl.distill import run_distill, summary_line

@@ -71,7 +71,8 @@ def test_the_last_layer_learns_the_heads_word_token_by_token_and_the_teacher_sta
     for row in later:  # a later token's target names only tokens that continue some allowed word
         assert {int(t) for t, w in zip(targets.tokens[row], targets.weights[row]) if w > 0} <= spelt
     arrays = [mx.array(a) for a in (rows.mids, targets.tokens, targets.weights)]
-    loss_and_grad = nn.value_and_grad(model, distill_loss)
+    loss_and_grad = nn.value_and_grad(model, lambda m, x, tokens, weights: distill_loss(naming_logits(m, x), tokens,
+                                                                                       weights))
     optimizer = optim.Adam(learning_rate=1e-2)
     losses = []
     for _ in range(30):
@@ -86,10 +87,39 @@ def test_the_last_layer_learns_the_heads_word_token_by_token_and_the_teacher_sta
     np.testing.assert_allclose(again.mids, rows.mids, atol=1e-5)
 
 
+def test_the_spelled_output_layer_starts_as_the_models_and_writes_as_a_plain_lm_head(tiny_model_dir,  # noqa: F811
+                                                                                     tmp_path):
+    """W + S P at P = 0 is the model's own output layer; a folder given W + S P as its lm_head
+    loads in mlx-lm and makes those logits, its input embeddings untouched."""
+    import shutil
+
+    from llm.output_layer import output_layer, output_weight
+    from llm.spelled_output import FEATURES, SpelledOutput, token_spelling, write_output_layer
+
+    model, tokenizer = load_model(str(tiny_model_dir))
+    weight = output_weight(model).astype(mx.float32)
+    spelling = token_spelling(tokenizer, weight.shape[0])
+    assert spelling.shape == (weight.shape[0], FEATURES) and spelling.any()
+    crane = tokenizer.encode(" crane", add_special_tokens=False)
+    if len(crane) == 1:  # an opening token: its places in the word are its features
+        assert spelling[crane[0], 0 * 26 + 2] == 1 and spelling[crane[0], 4 * 26 + 4] == 1
+    layer = SpelledOutput(weight, mx.array(spelling))
+    h = mx.random.normal((3, weight.shape[1]))
+    np.testing.assert_allclose(np.array(layer(h)), np.array(output_layer(model)(h)), atol=1e-4)
+    layer.projection = mx.random.normal(layer.projection.shape) * 0.1
+    folder = tmp_path / "spelled"
+    shutil.copytree(tiny_model_dir, folder)
+    write_output_layer(folder, layer.merged())
+    spelled, _ = load_model(str(folder))
+    np.testing.assert_allclose(np.array(output_layer(spelled)(h)), np.array(layer(h)), atol=1e-3)
+    np.testing.assert_allclose(np.array(spelled.model.embed_tokens.weight), np.array(model.model.embed_tokens.weight))
+
+
 def test_distill_fits_keeps_the_best_on_validation_and_a_rerun_reuses_its_states(tiny_model_dir,  # noqa: F811
                                                                                 headed_adapter, tmp_path):
     out = tmp_path / "run"
-    result = run(tiny_model_dir, headed_adapter, out, "--epochs", "4", "--json", str(tmp_path / "s.json"))
+    result = run(tiny_model_dir, headed_adapter, out, "--epochs", "4", "--part", "mlp", "--json",
+                 str(tmp_path / "s.json"))
     assert result.exit_code == 0, result.output
     assert "the model's own most likely tokens spell the secret" in result.output
     summary = json.loads((tmp_path / "s.json").read_text())
@@ -99,11 +129,26 @@ def test_distill_fits_keeps_the_best_on_validation_and_a_rerun_reuses_its_states
     assert summary["best"]["epoch"] in (0, 2, 4) and set(summary["head_figures"]) == {"train", "validation", "answers"}
     load_model(str(tiny_model_dir), str(out / "best"))  # an ordinary adapter over the base model
     states = (out / "states.npz").stat().st_mtime_ns
-    result = run(tiny_model_dir, headed_adapter, out, "--epochs", "6", "--json", str(tmp_path / "s2.json"))
+    result = run(tiny_model_dir, headed_adapter, out, "--epochs", "6", "--part", "mlp", "--json",
+                 str(tmp_path / "s2.json"))
     assert result.exit_code == 0, result.output
     assert (out / "states.npz").stat().st_mtime_ns == states  # the frozen pass was not run again
     again = json.loads((tmp_path / "s2.json").read_text())
     assert again["curve"][:3] == summary["curve"]  # the same states, the same first epochs
+
+
+def test_distill_of_the_output_layer_writes_a_model_that_plays_without_the_start(tiny_model_dir,  # noqa: F811
+                                                                                 headed_adapter, tmp_path):
+    out = tmp_path / "run"
+    result = run(tiny_model_dir, headed_adapter, out, "--epochs", "2", "--lr", "1e-2", "--json",
+                 str(tmp_path / "s.json"))
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["written"] == str(out / "model") and summary["settings"]["part"] == "output"
+    record = json.loads((out / "model" / "export.json").read_text())
+    assert "spelled" in record["output_layer"]
+    assert json.loads((out / "model" / "config.json").read_text())["tie_word_embeddings"] is False
+    load_model(str(out / "model"))  # a plain mlx-lm model folder: no adapter, no head
 
 
 def test_distill_mistakes_are_one_line_and_exit_2(tiny_model_dir, headed_adapter, tmp_path):  # noqa: F811
