@@ -60,7 +60,7 @@ from common.fileio import append_line, atomic_write, atomic_write_json, read_arr
 from common.knobs import knob, knob_like
 from common.options import SEED
 from common.progress import progress_bar
-from eval.endgame import EndgamePosition
+from eval.endgame import EndgamePosition, teacher_positions
 from eval.splits import held_out_validation, trainable
 from llm.cpu_streams import core_streams
 from llm.generation import copy_cache, prefix_cache, shared_prefix_length
@@ -69,13 +69,19 @@ from llm.output_layer import output_layer, output_weight
 from llm.spelled_output import SpelledOutput, token_spelling, write_output_layer
 from llm.vector_exp import vector_exp
 from llm.word_steering import WordTokens, head_scorer
+from llm.format import prompt_tokens
+from llm.histories import ENDGAME_CANDIDATES
+from llm.tokenizing import tokens_after
 from rl.naming_head import naming_context, one_candidate_positions
+from sft.cot import truthful_answer
 from rl.policy import load_policy
 from sft.lora import AdapterSettings
 from solver.setup import load_setup
 
 SETTINGS_FILE = "distill.json"  # the run's settings, compared when it is run again
 STATES_FILE = "states.npz"  # the frozen pass's states, saved as they grow: a killed run resumes
+ANCHORS_FILE = "anchors.npz"  # the same for the anchor rows
+ANCHOR_TOKENS = 64  # tokens kept of an anchor row's target: the start is sure of most answer tokens
 METRICS_FILE = "metrics.jsonl"  # the figures at each reading
 SAVE_EVERY = 32  # positions between saves of the states file
 TARGET_TOKENS = 512  # tokens kept of each row's target (the head's most likely, renormalised): dense rows of a
@@ -101,6 +107,10 @@ class DistillSettings:
                                "model), or 'mlp', a LoRA on the last layer's MLP (OUT/best, an adapter; it learnt its "
                                "training positions only, results/distill-word/).", choices=("output", "mlp"),
                      flag="--part")
+    anchor_positions: int = knob(200, "Positions whose whole teacher answers anchor every other token to the start's "
+                                      "own distribution (0: none; without them the spelled layer broke 96% of "
+                                      "answers, results/distill-word/).", range=(0, 100_000),
+                                 flag="--anchor-positions")
     rank: int = knob(16, "LoRA rank (--part mlp).", range=(1, 1024), flag="--rank")
     scale: float = knob(20.0, "Multiplier of the LoRA update.", range=(0.0, 1000.0), open_low=True)
     lr: float = knob(1e-3, "Adam learning rate (for --part mlp 5e-5: faster rates learnt the training positions "
@@ -142,33 +152,46 @@ class Teacher:
         return self.vocabulary.sequences[self.index[position.secret]]
 
     def states(self, positions: list[EndgamePosition]) -> tuple[Rows, np.ndarray]:
-        """The rows of every position, and the final state at each ` Only` (positions, hidden).
+        """The rows of every position, and the final state at each ` Only` (positions, hidden)."""
+        contexts = [naming_context(self.tokenizer, p) + list(self.secret_tokens(p)[:-1]) for p in positions]
+        tokens = [self.secret_tokens(p) for p in positions]
+        return self._rows(contexts, tokens)
+
+    def anchor_states(self, positions: list[EndgamePosition]) -> Rows:
+        """A row at every token of each position's whole teacher answer (its thought, the guess and
+        its tags): where the trained part must leave the start's own next token as it was."""
+        answers = [tokens_after(self.tokenizer, "\n", [truthful_answer(p.state, p.secret)])[0] for p in positions]
+        contexts = [prompt_tokens(self.tokenizer, p.state, p.rejected) + list(answer[:-1])
+                    for p, answer in zip(positions, answers)]
+        return self._rows(contexts, answers)[0]
+
+    def _rows(self, contexts: list[list[int]], taught: list[tuple[int, ...]]) -> tuple[Rows, np.ndarray]:
+        """The states after the last layer's attention at each context's last len(taught) tokens
+        (rows naming the taught tokens), and the final state at the first of them.
 
         What every context opens with is run once and its cache shared; then each core runs one
         context at a time on a stream of its own (llm/cpu_streams.py, the head's states' way)."""
-        contexts = [naming_context(self.tokenizer, p) + list(self.secret_tokens(p)[:-1]) for p in positions]
-        taught = [len(self.secret_tokens(p)) for p in positions]
-        mids: list[np.ndarray] = [np.zeros(0)] * len(positions)
-        finals: list[np.ndarray] = [np.zeros(0)] * len(positions)
-        if positions:
+        hidden = self.model.args.hidden_size
+        mids: list[np.ndarray] = [np.zeros((0, hidden), np.float32)] * len(contexts)
+        finals: list[np.ndarray] = [np.zeros(hidden, np.float32)] * len(contexts)
+        if contexts:
             shared = shared_prefix_length(contexts)
             with lora_off(self.model), vector_exp(self.model):
                 prefix = prefix_cache(self.model, contexts[0][:shared])
                 with core_streams() as streams:
-                    for first in range(0, len(positions), len(streams)):
-                        wave = list(range(first, min(first + len(streams), len(positions))))
+                    for first in range(0, len(contexts), len(streams)):
+                        wave = list(range(first, min(first + len(streams), len(contexts))))
                         passes = []
                         for stream, i in zip(streams, wave):
                             with mx.stream(stream):
-                                passes.append(self._frozen_pass(prefix, contexts[i][shared:], taught[i]))
+                                passes.append(self._frozen_pass(prefix, contexts[i][shared:], len(taught[i])))
                         mx.eval(passes)
                         for i, (mid, final) in zip(wave, passes):
                             mids[i], finals[i] = np.array(mid), np.array(final)
-        hidden = self.model.args.hidden_size
-        rows = Rows(np.concatenate(mids) if positions else np.zeros((0, hidden), np.float32),
-                    np.array([t for p in positions for t in self.secret_tokens(p)], np.int64),
-                    np.repeat(np.arange(len(positions)), taught))
-        return rows, np.stack(finals) if positions else np.zeros((0, hidden), np.float32)
+        rows = Rows(np.concatenate(mids) if contexts else np.zeros((0, hidden), np.float32),
+                    np.array([t for tokens in taught for t in tokens], np.int64),
+                    np.repeat(np.arange(len(contexts)), [len(t) for t in taught]))
+        return rows, np.stack(finals) if contexts else np.zeros((0, hidden), np.float32)
 
     def _frozen_pass(self, prefix: list, rest: list[int], taught: int) -> tuple[mx.array, mx.array]:
         """(taught, hidden) states after the last layer's attention at the context's last `taught`
@@ -338,6 +361,17 @@ def distill_positions(settings: DistillSettings) -> dict[str, list[EndgamePositi
                                                settings.answer_positions, seed + 2)}
 
 
+def anchor_positions(settings: DistillSettings) -> list[EndgamePosition]:
+    """Positions of games on training answers, half in the endgame (1-6 candidates left) and half
+    earlier (up to 200), whose whole answers anchor the start's own tokens."""
+    answers = load_setup("answers")
+    words, seed = sorted(trainable(answers.lists.answers)), settings.seed * 1_000_003 + 21
+    half = settings.anchor_positions // 2
+    solver = answers.solver()
+    return (teacher_positions(answers, solver, words, half, seed, max_candidates=ENDGAME_CANDIDATES)
+            + teacher_positions(answers, solver, words, settings.anchor_positions - half, seed + 1, max_candidates=200))
+
+
 def trainable_model(model_spec: str, adapter: str, settings: DistillSettings, dtype: str):
     """The start fused, a LoRA on every projection, and only the last layer's MLP LoRA trainable."""
     mx.random.seed(settings.seed)
@@ -371,14 +405,15 @@ def run_distill(model_spec: str, adapter: str, out: str, settings: DistillSettin
     rows, finals = _gather(folder / STATES_FILE, teacher, splits, show_progress)
     gathered = time.perf_counter()
     targets = {name: teacher.targets(finals[name], splits[name], rows[name]) for name in SPLITS}
+    anchors = _gather_anchors(folder / ANCHORS_FILE, teacher, anchor_positions(settings), show_progress)
     student = Student(policy, settings.part)
-    curve, best = _fit(student, rows, targets["train"], settings, folder, show_progress)
+    curve, best = _fit(student, rows, targets["train"], anchors, settings, folder, show_progress)
     student.module.load_weights(list(best.pop("weights").items()), strict=False)
     written = student.write(folder, model_spec, adapter, dtype)
     summary = {"model": model_spec, "adapter": adapter, "head": str(head_file), "settings": asdict(settings),
                "written": str(written),
                "positions": {name: len(p) for name, p in splits.items()},
-               "rows": {name: len(rows[name].tokens) for name in SPLITS},
+               "rows": {**{name: len(rows[name].tokens) for name in SPLITS}, "anchor": len(anchors.tokens)},
                "head_figures": {name: word_figures(targets[name].secret_p, targets[name].secret_top,
                                                    rows[name].owners) for name in SPLITS},
                "curve": curve, "best": best, "states_seconds": round(gathered - began, 1),
@@ -387,20 +422,31 @@ def run_distill(model_spec: str, adapter: str, out: str, settings: DistillSettin
     return summary
 
 
-def _fit(student: Student, rows: dict[str, Rows], targets: Targets, settings: DistillSettings, folder: Path,
-         show_progress: bool) -> tuple[list[dict], dict]:
-    """Adam over shuffled batches of the training rows; the epoch best on validation (the secret's
-    mean word probability, then the share spelt)."""
+def _fit(student: Student, rows: dict[str, Rows], targets: Targets, anchors: Rows, settings: DistillSettings,
+         folder: Path, show_progress: bool) -> tuple[list[dict], dict]:
+    """Adam over shuffled batches of the training rows, each step beside a batch of anchor rows
+    held to the start's own distribution; the epoch best on validation (the secret's mean word
+    probability, then the share spelt)."""
     inputs = {name: student.inputs(rows[name]) for name in SPLITS}
     train = rows["train"]
-    loss_and_grad = nn.value_and_grad(student.module, lambda module, x, tokens, weights: distill_loss(
-        student.logits(module, x), tokens, weights))
+    anchor_inputs = student.inputs(anchors)
+    anchor_targets = start_targets(student, anchor_inputs)
+    anchor_order = np.random.default_rng(settings.seed + 1).permutation(len(anchors.tokens))
+
+    def loss_fn(module, x, tokens, weights, anchor_x, anchor_tokens, anchor_weights):
+        loss = distill_loss(student.logits(module, x), tokens, weights)
+        if anchor_x.shape[0]:
+            loss = loss + distill_loss(student.logits(module, anchor_x), anchor_tokens, anchor_weights)
+        return loss
+
+    loss_and_grad = nn.value_and_grad(student.module, loss_fn)
     optimizer = optim.Adam(learning_rate=settings.lr)
     order_rng = np.random.default_rng(settings.seed)
 
     def reading(epoch: int, loss: float | None) -> dict:
         point = {"epoch": epoch, "loss": None if loss is None else round(loss, 5)}
         point.update({name: model_figures(student, inputs[name], rows[name]) for name in SPLITS})
+        point["anchor_top1"] = anchor_agreement(student, anchor_inputs, anchors)
         append_line(folder / METRICS_FILE, json.dumps(point))
         return point
 
@@ -416,8 +462,13 @@ def _fit(student: Student, rows: dict[str, Rows], targets: Targets, settings: Di
             order, losses = order_rng.permutation(len(train.tokens)), []
             for start in range(0, len(order), settings.batch_size):
                 chosen = order[start:start + settings.batch_size]
+                step = start // settings.batch_size + (epoch - 1) * steps
+                held = np.take(anchor_order, np.arange(step * settings.batch_size, (step + 1) * settings.batch_size),
+                               mode="wrap") if len(anchor_order) else np.zeros(0, np.int64)
                 loss, grads = loss_and_grad(student.module, mx.array(inputs["train"][chosen]),
-                                            mx.array(targets.tokens[chosen]), mx.array(targets.weights[chosen]))
+                                            mx.array(targets.tokens[chosen]), mx.array(targets.weights[chosen]),
+                                            mx.array(anchor_inputs[held]), mx.array(anchor_targets[0][held]),
+                                            mx.array(anchor_targets[1][held]))
                 optimizer.update(student.module, grads)
                 mx.eval(student.module.trainable_parameters(), optimizer.state, loss)
                 if not np.isfinite(float(loss)):
@@ -430,6 +481,63 @@ def _fit(student: Student, rows: dict[str, Rows], targets: Targets, settings: Di
                 if rank(point) > rank(best):
                     best = {**point, "weights": student.trained()}
     return curve, best
+
+
+def start_targets(student: Student, inputs: np.ndarray, chunk: int = 512) -> tuple[np.ndarray, np.ndarray]:
+    """The student's own next-token distribution before any step (the start's), cut to its
+    `ANCHOR_TOKENS` most likely and renormalised: (tokens, weights) at each row."""
+    tokens, weights = [], []
+    for start in range(0, len(inputs), chunk):
+        p = mx.softmax(student.logits(student.module, mx.array(inputs[start:start + chunk])), axis=-1)
+        top = mx.argpartition(-p, ANCHOR_TOKENS, axis=-1)[:, :ANCHOR_TOKENS]
+        kept = mx.take_along_axis(p, top, axis=-1)
+        mx.eval(top, kept)
+        tokens.append(np.array(top))
+        weights.append(np.array(kept / kept.sum(axis=-1, keepdims=True)))
+    if not tokens:
+        return np.zeros((0, ANCHOR_TOKENS), np.int64), np.zeros((0, ANCHOR_TOKENS), np.float32)
+    return np.concatenate(tokens), np.concatenate(weights)
+
+
+def anchor_agreement(student: Student, inputs: np.ndarray, anchors: Rows, chunk: int = 512) -> float | None:
+    """The share of anchor rows where the student's most likely token is the teacher's answer's."""
+    if not len(anchors.tokens):
+        return None
+    hits = 0
+    for start in range(0, len(inputs), chunk):
+        top = student.logits(student.module, mx.array(inputs[start:start + chunk])).argmax(axis=-1)
+        hits += int((np.array(top) == anchors.tokens[start:start + chunk]).sum())
+    return round(hits / len(anchors.tokens), 5)
+
+
+def _gather_anchors(path: Path, teacher: Teacher, positions: list[EndgamePosition], show_progress: bool) -> Rows:
+    """The anchor rows: those in `path` first, then the rest, saved as they grow."""
+    hidden = teacher.model.args.hidden_size
+    saved = read_arrays(path, "a distill anchors file", "delete it to start again") if path.exists() else {}
+    keys = [str(k) for k in saved.get("keys", [])]
+    if keys != [p.key for p in positions[:len(keys)]]:
+        raise UserError(f"{path} holds other anchor positions: delete it to start again")
+    rows = Rows(saved["mids"], saved["tokens"], saved["owners"]) if saved else \
+        Rows(np.zeros((0, hidden), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    done = len(keys)
+    with progress_bar("positions", disable=not show_progress or done >= len(positions)) as progress:
+        task = progress.add_task("anchor pass", total=len(positions) - done)
+        while done < len(positions):
+            more = teacher.anchor_states(positions[done:done + SAVE_EVERY])
+            rows = Rows(np.concatenate([rows.mids, more.mids]), np.concatenate([rows.tokens, more.tokens]),
+                        np.concatenate([rows.owners, more.owners + done]))
+            added = int(more.owners.max()) + 1
+            done += added
+            arrays = {"mids": rows.mids, "tokens": rows.tokens, "owners": rows.owners,
+                      "keys": np.array([p.key for p in positions[:done]])}
+            atomic_write(path, lambda tmp, arrays=arrays: _savez(tmp, arrays))
+            progress.advance(task, added)
+    return rows
+
+
+def _savez(tmp: str, arrays: dict[str, np.ndarray]) -> None:
+    with open(tmp, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def _gather(path: Path, teacher: Teacher, splits: dict[str, list[EndgamePosition]],
@@ -472,11 +580,7 @@ def _save_states(path: Path, rows: dict[str, Rows], finals: dict[str, np.ndarray
         arrays[f"{name}_tokens"], arrays[f"{name}_owners"] = rows[name].tokens, rows[name].owners
         arrays[f"{name}_keys"] = np.array([p.key for p in splits[name][:len(finals[name])]])
 
-    def write(tmp: str) -> None:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-
-    atomic_write(path, write)
+    atomic_write(path, lambda tmp: _savez(tmp, arrays))
 
 
 def _check_settings(folder: Path, model_spec: str, adapter: str, settings: DistillSettings) -> None:

@@ -19,7 +19,8 @@ from llm_fixtures import tiny_model_dir  # noqa: F401
 from sft.lora import AdapterSettings, attach_adapter, trainable_weights
 
 HEAD_ARGS = ["--positions", "6", "--validation-positions", "3", "--epochs", "4", "--rank", "2", "--quiet"]
-RUN_ARGS = ["--positions", "4", "--validation-positions", "2", "--answer-positions", "2", "--eval-every", "2",
+RUN_ARGS = ["--positions", "4", "--validation-positions", "2", "--answer-positions", "2", "--anchor-positions", "4",
+            "--eval-every", "2",
             "--rank", "2", "--quiet"]
 
 
@@ -145,6 +146,7 @@ def test_distill_of_the_output_layer_writes_a_model_that_plays_without_the_start
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["written"] == str(out / "model") and summary["settings"]["part"] == "output"
+    assert summary["rows"]["anchor"] > 4 * 10 and summary["curve"][0]["anchor_top1"] > 0  # whole answers, held
     record = json.loads((out / "model" / "export.json").read_text())
     assert "spelled" in record["output_layer"]
     assert json.loads((out / "model" / "config.json").read_text())["tie_word_embeddings"] is False
