@@ -31,15 +31,17 @@ LETTERS = 26
 FEATURES = 2 * PLACES * LETTERS + LETTERS  # places in the word (opening tokens), places in the token, letters held
 
 
-def token_spelling(tokenizer, vocab_size: int) -> np.ndarray:
+def token_spelling(tokenizer, vocab_size: int, openings_only: bool = False) -> np.ndarray:
     """(vocabulary, FEATURES) each token's spelling when it is a space and up to five lower-case
-    letters, or up to five lower-case letters alone; zero for every other token."""
+    letters, or (unless `openings_only`) up to five lower-case letters alone; zero for every other
+    token."""
     features = np.zeros((vocab_size, FEATURES), np.float32)
     for token in range(min(vocab_size, len(tokenizer.get_vocab()))):
         text = tokenizer.decode([token])
         opens = text.startswith(" ")
         letters = text[1:] if opens else text
-        if not letters or len(letters) > PLACES or not all("a" <= c <= "z" for c in letters):
+        if not letters or len(letters) > PLACES or not all("a" <= c <= "z" for c in letters) or \
+                (openings_only and not opens):
             continue
         base = 0 if opens else PLACES * LETTERS
         for place, c in enumerate(letters):

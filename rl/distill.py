@@ -107,6 +107,10 @@ class DistillSettings:
                                "model), or 'mlp', a LoRA on the last layer's MLP (OUT/best, an adapter; it learnt its "
                                "training positions only, results/distill-word/).", choices=("output", "mlp"),
                      flag="--part")
+    spelled: str = knob("openings", "Which tokens the output layer spells (--part output): 'openings', a space and "
+                                    "letters (a word's first token; the rest of the word stays the model's own), or "
+                                    "'all', continuing tokens too (which made up more words, results/distill-word/).",
+                        choices=("openings", "all"), flag="--spelled")
     anchor_positions: int = knob(200, "Positions whose whole teacher answers anchor every other token to the start's "
                                       "own distribution (0: none; without them the spelled layer broke 96% of "
                                       "answers, results/distill-word/).", range=(0, 100_000),
@@ -288,13 +292,14 @@ class Student:
     layer (llm/spelled_output.py) on the frozen start's final state; `--part mlp`, the LoRA of the
     last layer's MLP on the state after its attention."""
 
-    def __init__(self, policy, part: str) -> None:
+    def __init__(self, policy, part: str, spelled: str = "openings") -> None:
         self.policy, self.part = policy, part
         if part == "mlp":
             self.module = policy.model
         else:
             weight = output_weight(policy.model).astype(mx.float32)
-            self.module = SpelledOutput(weight, mx.array(token_spelling(policy.tokenizer, weight.shape[0])))
+            spelling = token_spelling(policy.tokenizer, weight.shape[0], openings_only=spelled == "openings")
+            self.module = SpelledOutput(weight, mx.array(spelling))
 
     def inputs(self, rows: Rows) -> np.ndarray:
         return rows.mids if self.part == "mlp" else final_states(self.policy.model, rows.mids)
@@ -406,7 +411,7 @@ def run_distill(model_spec: str, adapter: str, out: str, settings: DistillSettin
     gathered = time.perf_counter()
     targets = {name: teacher.targets(finals[name], splits[name], rows[name]) for name in SPLITS}
     anchors = _gather_anchors(folder / ANCHORS_FILE, teacher, anchor_positions(settings), show_progress)
-    student = Student(policy, settings.part)
+    student = Student(policy, settings.part, settings.spelled)
     curve, best = _fit(student, rows, targets["train"], anchors, settings, folder, show_progress)
     student.module.load_weights(list(best.pop("weights").items()), strict=False)
     written = student.write(folder, model_spec, adapter, dtype)

@@ -104,6 +104,10 @@ def test_the_spelled_output_layer_starts_as_the_models_and_writes_as_a_plain_lm_
     crane = tokenizer.encode(" crane", add_special_tokens=False)
     if len(crane) == 1:  # an opening token: its places in the word are its features
         assert spelling[crane[0], 0 * 26 + 2] == 1 and spelling[crane[0], 4 * 26 + 4] == 1
+    openings = token_spelling(tokenizer, weight.shape[0], openings_only=True)
+    known = min(weight.shape[0], len(tokenizer.get_vocab()))
+    opening = np.array([tokenizer.decode([t]).startswith(" ") for t in range(known)] + [False] * (weight.shape[0] - known))
+    assert not openings[~opening].any() and np.array_equal(openings[opening], spelling[opening])
     layer = SpelledOutput(weight, mx.array(spelling))
     h = mx.random.normal((3, weight.shape[1]))
     np.testing.assert_allclose(np.array(layer(h)), np.array(output_layer(model)(h)), atol=1e-4)
