@@ -106,7 +106,8 @@ def test_the_spelled_output_layer_starts_as_the_models_and_writes_as_a_plain_lm_
         assert spelling[crane[0], 0 * 26 + 2] == 1 and spelling[crane[0], 4 * 26 + 4] == 1
     openings = token_spelling(tokenizer, weight.shape[0], openings_only=True)
     known = min(weight.shape[0], len(tokenizer.get_vocab()))
-    opening = np.array([tokenizer.decode([t]).startswith(" ") for t in range(known)] + [False] * (weight.shape[0] - known))
+    opening = np.array([tokenizer.decode([t]).startswith(" ") for t in range(known)]
+                       + [False] * (weight.shape[0] - known))
     assert not openings[~opening].any() and np.array_equal(openings[opening], spelling[opening])
     layer = SpelledOutput(weight, mx.array(spelling))
     h = mx.random.normal((3, weight.shape[1]))
