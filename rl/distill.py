@@ -25,8 +25,12 @@ plain matrix, written as the `lm_head` of the start fused (OUT/model, an mlx-lm 
 `eval --model`, `mlx_lm.generate` and any runtime play). `--part mlp` trains a LoRA on the last
 layer's MLP instead (its change at a token moves only that token's logits), zero on every other
 projection, so OUT/best is an ordinary adapter over the start (rl/policy.py merged_adapter); it
-learnt its training positions and not held-out ones (results/distill-word/). The head's targets
-come from the final state at ` Only`. The positions are the solver's games on the allowed list's
+learnt its training positions and not held-out ones (results/distill-word/). Whatever learns
+changes the logits at every token, not only the taught ones: every token of a few hundred
+positions' whole teacher answers (anchor rows) is held to the start's own distribution beside each
+step, and `--spelled openings` spells only a word's first token, the rest of the word left to the
+model (spelling every token made up words in play). The head's targets come from the final state
+at ` Only`. The positions are the solver's games on the allowed list's
 training words (never a held-out one), each game's first position with one candidate left, the
 teacher's true thought up to ` Only`: fresh ones, not the head's own fit positions (where it
 learnt the answer).
