@@ -136,6 +136,15 @@ class Rows:
     tokens: np.ndarray  # (rows,) the secret's token the row's logits should name
     owners: np.ndarray  # (rows,) the position each row belongs to
 
+    @classmethod
+    def empty(cls, hidden: int) -> Rows:
+        return cls(np.zeros((0, hidden), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+    def then(self, more: Rows, first_owner: int) -> Rows:
+        """These rows, then `more`, whose positions are numbered from `first_owner`."""
+        return Rows(np.concatenate([self.mids, more.mids]), np.concatenate([self.tokens, more.tokens]),
+                    np.concatenate([self.owners, more.owners + first_owner]))
+
 
 @dataclass(frozen=True)
 class Targets:
@@ -343,12 +352,18 @@ def final_states(model: nn.Module, mids: np.ndarray, chunk: int = 1024) -> np.nd
     return np.concatenate(finals) if finals else np.zeros_like(mids)
 
 
-def model_figures(student: Student, inputs: np.ndarray, rows: Rows, chunk: int = 512) -> dict[str, float]:
+def chunked_logits(student: Student, inputs: np.ndarray, chunk: int = 512) -> Iterator[tuple[slice, mx.array]]:
+    """The student's logits at the rows, a chunk at a time (a whole split's would take gigabytes)."""
+    for start in range(0, len(inputs), chunk):
+        rows = slice(start, start + chunk)
+        yield rows, student.logits(student.module, mx.array(inputs[rows]))
+
+
+def model_figures(student: Student, inputs: np.ndarray, rows: Rows) -> dict[str, float]:
     """`word_figures` of the student's own next-token distributions at the rows."""
     secret_p, secret_top = [], []
-    for start in range(0, len(rows.tokens), chunk):
-        logits = student.logits(student.module, mx.array(inputs[start:start + chunk]))
-        tokens = mx.array(rows.tokens[start:start + chunk])[:, None]
+    for chunk, logits in chunked_logits(student, inputs):
+        tokens = mx.array(rows.tokens[chunk])[:, None]
         p = mx.take_along_axis(mx.softmax(logits, axis=-1), tokens, axis=-1)[:, 0]
         top = logits.argmax(axis=-1) == tokens[:, 0]
         mx.eval(p, top)
@@ -492,12 +507,12 @@ def _fit(student: Student, rows: dict[str, Rows], targets: Targets, anchors: Row
     return curve, best
 
 
-def start_targets(student: Student, inputs: np.ndarray, chunk: int = 512) -> tuple[np.ndarray, np.ndarray]:
+def start_targets(student: Student, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The student's own next-token distribution before any step (the start's), cut to its
     `ANCHOR_TOKENS` most likely and renormalised: (tokens, weights) at each row."""
     tokens, weights = [], []
-    for start in range(0, len(inputs), chunk):
-        p = mx.softmax(student.logits(student.module, mx.array(inputs[start:start + chunk])), axis=-1)
+    for _, logits in chunked_logits(student, inputs):
+        p = mx.softmax(logits, axis=-1)
         top = mx.argpartition(-p, ANCHOR_TOKENS, axis=-1)[:, :ANCHOR_TOKENS]
         kept = mx.take_along_axis(p, top, axis=-1)
         mx.eval(top, kept)
@@ -508,14 +523,13 @@ def start_targets(student: Student, inputs: np.ndarray, chunk: int = 512) -> tup
     return np.concatenate(tokens), np.concatenate(weights)
 
 
-def anchor_agreement(student: Student, inputs: np.ndarray, anchors: Rows, chunk: int = 512) -> float | None:
+def anchor_agreement(student: Student, inputs: np.ndarray, anchors: Rows) -> float | None:
     """The share of anchor rows where the student's most likely token is the teacher's answer's."""
     if not len(anchors.tokens):
         return None
     hits = 0
-    for start in range(0, len(inputs), chunk):
-        top = student.logits(student.module, mx.array(inputs[start:start + chunk])).argmax(axis=-1)
-        hits += int((np.array(top) == anchors.tokens[start:start + chunk]).sum())
+    for chunk, logits in chunked_logits(student, inputs):
+        hits += int((np.array(logits.argmax(axis=-1)) == anchors.tokens[chunk]).sum())
     return round(hits / len(anchors.tokens), 5)
 
 
@@ -526,16 +540,14 @@ def _gather_anchors(path: Path, teacher: Teacher, positions: list[EndgamePositio
     keys = [str(k) for k in saved.get("keys", [])]
     if keys != [p.key for p in positions[:len(keys)]]:
         raise UserError(f"{path} holds other anchor positions: delete it to start again")
-    rows = Rows(saved["mids"], saved["tokens"], saved["owners"]) if saved else \
-        Rows(np.zeros((0, hidden), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    rows = Rows(saved["mids"], saved["tokens"], saved["owners"]) if saved else Rows.empty(hidden)
     done = len(keys)
     with progress_bar("positions", disable=not show_progress or done >= len(positions)) as progress:
         task = progress.add_task("anchor pass", total=len(positions) - done)
         while done < len(positions):
-            more = teacher.anchor_states(positions[done:done + SAVE_EVERY])
-            rows = Rows(np.concatenate([rows.mids, more.mids]), np.concatenate([rows.tokens, more.tokens]),
-                        np.concatenate([rows.owners, more.owners + done]))
-            added = int(more.owners.max()) + 1
+            batch = positions[done:done + SAVE_EVERY]
+            rows = rows.then(teacher.anchor_states(batch), done)
+            added = len(batch)
             done += added
             arrays = {"mids": rows.mids, "tokens": rows.tokens, "owners": rows.owners,
                       "keys": np.array([p.key for p in positions[:done]])}
@@ -557,7 +569,7 @@ def _gather(path: Path, teacher: Teacher, splits: dict[str, list[EndgamePosition
     if saved and any(f"{name}_owners" not in saved for name in SPLITS):
         raise UserError(f"{path} holds another form of distill states (the first token's only): delete it to "
                         "start again")
-    empty = Rows(np.zeros((0, hidden), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    empty = Rows.empty(hidden)
     rows = {name: Rows(saved[f"{name}_mid"], saved[f"{name}_tokens"], saved[f"{name}_owners"]) if saved else empty
             for name in SPLITS}
     finals = {name: saved.get(f"{name}_final", np.zeros((0, hidden), np.float32)) for name in SPLITS}
@@ -572,9 +584,7 @@ def _gather(path: Path, teacher: Teacher, splits: dict[str, list[EndgamePosition
             while len(finals[name]) < len(splits[name]):
                 done = len(finals[name])
                 more, final = teacher.states(splits[name][done:done + SAVE_EVERY])
-                have = rows[name]
-                rows[name] = Rows(np.concatenate([have.mids, more.mids]), np.concatenate([have.tokens, more.tokens]),
-                                  np.concatenate([have.owners, more.owners + done]))
+                rows[name] = rows[name].then(more, done)
                 finals[name] = np.concatenate([finals[name], final])
                 _save_states(path, rows, finals, splits)
                 progress.advance(task, len(final))
