@@ -64,8 +64,8 @@ from common.fileio import append_line, atomic_write, atomic_write_json, read_arr
 from common.knobs import knob, knob_like
 from common.options import SEED
 from common.progress import progress_bar
-from eval.endgame import EndgamePosition, teacher_positions
-from eval.splits import held_out_validation, trainable
+from eval.endgame import EndgamePosition, model_answers, teacher_positions
+from eval.splits import held_out_validation, is_held_out, is_validation, trainable
 from llm.cpu_streams import core_streams
 from llm.generation import copy_cache, prefix_cache, shared_prefix_length
 from llm.naming_head import NamingHead, head_beside
@@ -153,6 +153,12 @@ class Targets:
     weights: np.ndarray  # (rows, kept) their probabilities, renormalised
     secret_p: np.ndarray  # (rows,) the head's probability of the secret's token, before the cut
     secret_top: np.ndarray  # (rows,) whether the secret's token is the head's most likely
+
+    def then(self, more: Targets) -> Targets:
+        """These rows' targets, then `more`'s."""
+        return Targets(np.concatenate([self.tokens, more.tokens]), np.concatenate([self.weights, more.weights]),
+                       np.concatenate([self.secret_p, more.secret_p]),
+                       np.concatenate([self.secret_top, more.secret_top]))
 
 
 class Teacher:
@@ -396,6 +402,29 @@ def anchor_positions(settings: DistillSettings) -> list[EndgamePosition]:
             + teacher_positions(answers, solver, words, settings.anchor_positions - half, seed + 1, max_candidates=200))
 
 
+def own_positions(paths: tuple[str, ...], split: str) -> list[EndgamePosition]:
+    """Every position where the model answered with one candidate left in its own games (eval JSONs,
+    refusals shown there included), each once: the states its own play reaches, which the solver's
+    games do not (it names its last guess again there, results/distill-own/). `own`: games on
+    training secrets only; `own_validation`: on held-out validation secrets only."""
+    answers = load_setup("answers")
+    allowed_here = (lambda w: not is_held_out(w)) if split == "own" else is_validation
+    flag, where = ("--own-games", "training words (eval --split train or untaught)") if split == "own" else (
+        "--own-validation", "held-out validation words (eval --split validation)")
+    positions: dict[str, EndgamePosition] = {}
+    for path in paths:
+        result = read_json(path, f"{flag} games file")
+        if result.get("secrets", "answers") != "answers":
+            raise UserError(f"{flag} {path}: its secrets are the {result.get('secrets')} list; play the answer list's")
+        outside = sorted({g.get("secret") for g in result.get("per_game", []) if not allowed_here(g.get("secret", ""))})
+        if outside:
+            raise UserError(f"{flag} {path} has games on {len(outside)} secrets that are not {where}, "
+                            f"e.g. {outside[0]!r}")
+        for position, _ in model_answers(answers, result, max_candidates=1):
+            positions.setdefault(position.key, position)
+    return list(positions.values())
+
+
 def trainable_model(model_spec: str, adapter: str, settings: DistillSettings, dtype: str):
     """The start fused, a LoRA on every projection, and only the last layer's MLP LoRA trainable."""
     mx.random.seed(settings.seed)
@@ -414,48 +443,63 @@ def trainable_model(model_spec: str, adapter: str, settings: DistillSettings, dt
 
 
 def run_distill(model_spec: str, adapter: str, out: str, settings: DistillSettings, dtype: str = "auto",
-                show_progress: bool = True) -> dict:
-    """`distill`: the frozen pass over every position (resumed from OUT/states.npz), then the fit."""
+                show_progress: bool = True, own_games: tuple[str, ...] = (), own_validation: tuple[str, ...] = ()
+                ) -> dict:
+    """`distill`: the frozen pass over every position (resumed from OUT/states.npz), then the fit.
+    Positions of the model's own games (`own_games`, training secrets) join the training rows;
+    those on validation secrets (`own_validation`) choose the epoch in place of the solver's."""
     folder = Path(out)
     head_file = head_beside(adapter)
     if head_file is None:
         raise UserError(f"--adapter {adapter} has no naming head beside it: fit one with naming-head first")
     head = NamingHead.load(head_file)
+    splits = {**distill_positions(settings), "own": own_positions(own_games, "own"),
+              "own_validation": own_positions(own_validation, "own_validation")}
     _check_settings(folder, model_spec, adapter, settings)
     began = time.perf_counter()
-    splits = distill_positions(settings)
     policy = trainable_model(model_spec, adapter, settings, dtype)
     teacher = Teacher(policy.model, policy.tokenizer, head)
     rows, finals = _gather(folder / STATES_FILE, teacher, splits, show_progress)
     gathered = time.perf_counter()
-    targets = {name: teacher.targets(finals[name], splits[name], rows[name]) for name in SPLITS}
+    targets = {name: teacher.targets(finals[name], splits[name], rows[name]) for name in splits}
     anchors = _gather_anchors(folder / ANCHORS_FILE, teacher, anchor_positions(settings), show_progress)
     student = Student(policy, settings.part, settings.spelled)
-    curve, best = _fit(student, rows, targets["train"], anchors, settings, folder, show_progress)
+    read = {name: rows[name] for name in splits if len(splits[name])}
+    fitted = rows["train"].then(rows["own"], len(splits["train"])), targets["train"].then(targets["own"])
+    curve, best = _fit(student, read, fitted, anchors, settings, folder, show_progress)
     student.module.load_weights(list(best.pop("weights").items()), strict=False)
     written = student.write(folder, model_spec, adapter, dtype)
     summary = {"model": model_spec, "adapter": adapter, "head": str(head_file), "settings": asdict(settings),
-               "written": str(written),
-               "positions": {name: len(p) for name, p in splits.items()},
-               "rows": {**{name: len(rows[name].tokens) for name in SPLITS}, "anchor": len(anchors.tokens)},
+               "own_games": list(own_games), "own_validation": list(own_validation), "written": str(written),
+               "chosen_by": chooser(read),
+               "positions": {name: len(splits[name]) for name in read},
+               "rows": {**{name: len(read[name].tokens) for name in read}, "anchor": len(anchors.tokens)},
                "head_figures": {name: word_figures(targets[name].secret_p, targets[name].secret_top,
-                                                   rows[name].owners) for name in SPLITS},
+                                                   rows[name].owners) for name in read},
                "curve": curve, "best": best, "states_seconds": round(gathered - began, 1),
                "fit_seconds": round(time.perf_counter() - gathered, 1)}
     atomic_write_json(folder / "summary.json", summary)
     return summary
 
 
-def _fit(student: Student, rows: dict[str, Rows], targets: Targets, anchors: Rows, settings: DistillSettings,
-         folder: Path, show_progress: bool) -> tuple[list[dict], dict]:
-    """Adam over shuffled batches of the training rows, each step beside a batch of anchor rows
-    held to the start's own distribution; the epoch best on validation (the secret's mean word
-    probability, then the share spelt)."""
-    inputs = {name: student.inputs(rows[name]) for name in SPLITS}
-    train = rows["train"]
+def chooser(read: dict[str, Rows]) -> str:
+    """The split whose figures choose the epoch: the model's own validation games' positions when
+    given (where it plays), else the solver's validation positions."""
+    return "own_validation" if "own_validation" in read else "validation"
+
+
+def _fit(student: Student, read: dict[str, Rows], fitted: tuple[Rows, Targets], anchors: Rows,
+         settings: DistillSettings, folder: Path, show_progress: bool) -> tuple[list[dict], dict]:
+    """Adam over shuffled batches of the training rows (`fitted`), each step beside a batch of anchor
+    rows held to the start's own distribution; the epoch best on validation (the secret's mean word
+    probability, then the share spelt) at the `chooser`'s split. `read`: the splits read each time."""
+    inputs = {name: student.inputs(rows) for name, rows in read.items()}
+    train, targets = fitted
+    train_inputs = student.inputs(train)
     anchor_inputs = student.inputs(anchors)
     anchor_targets = start_targets(student, anchor_inputs)
     anchor_order = np.random.default_rng(settings.seed + 1).permutation(len(anchors.tokens))
+    chosen_by = chooser(read)
 
     def loss_fn(module, x, tokens, weights, anchor_x, anchor_tokens, anchor_weights):
         loss = distill_loss(student.logits(module, x), tokens, weights)
@@ -469,13 +513,13 @@ def _fit(student: Student, rows: dict[str, Rows], targets: Targets, anchors: Row
 
     def reading(epoch: int, loss: float | None) -> dict:
         point = {"epoch": epoch, "loss": None if loss is None else round(loss, 5)}
-        point.update({name: model_figures(student, inputs[name], rows[name]) for name in SPLITS})
+        point.update({name: model_figures(student, inputs[name], read[name]) for name in read})
         point["anchor_top1"] = anchor_agreement(student, anchor_inputs, anchors)
         append_line(folder / METRICS_FILE, json.dumps(point))
         return point
 
     def rank(point: dict) -> tuple[float, float]:
-        return point["validation"]["mean_p"], point["validation"]["spells"]
+        return point[chosen_by]["mean_p"], point[chosen_by]["spells"]
 
     curve = [reading(0, None)]
     best = {**curve[0], "weights": student.trained()}
@@ -489,7 +533,7 @@ def _fit(student: Student, rows: dict[str, Rows], targets: Targets, anchors: Row
                 step = start // settings.batch_size + (epoch - 1) * steps
                 held = np.take(anchor_order, np.arange(step * settings.batch_size, (step + 1) * settings.batch_size),
                                mode="wrap") if len(anchor_order) else np.zeros(0, np.int64)
-                loss, grads = loss_and_grad(student.module, mx.array(inputs["train"][chosen]),
+                loss, grads = loss_and_grad(student.module, mx.array(train_inputs[chosen]),
                                             mx.array(targets.tokens[chosen]), mx.array(targets.weights[chosen]),
                                             mx.array(anchor_inputs[held]), mx.array(anchor_targets[0][held]),
                                             mx.array(anchor_targets[1][held]))
@@ -563,24 +607,31 @@ def _savez(tmp: str, arrays: dict[str, np.ndarray]) -> None:
 
 def _gather(path: Path, teacher: Teacher, splits: dict[str, list[EndgamePosition]],
             show_progress: bool) -> tuple[dict[str, Rows], dict[str, np.ndarray]]:
-    """Every split's rows and ` Only` states: those in `path` first, then the rest, saved as they grow."""
+    """Every split's rows and ` Only` states: those in `path` first, then the rest, saved as they
+    grow. The own games' splits are cheap and may change between runs (more games played): saved
+    ones that are not a beginning of today's are dropped and passed again."""
     hidden = teacher.model.args.hidden_size
     saved = read_arrays(path, "a distill states file", "delete it to start again") if path.exists() else {}
     if saved and any(f"{name}_owners" not in saved for name in SPLITS):
         raise UserError(f"{path} holds another form of distill states (the first token's only): delete it to "
                         "start again")
-    empty = Rows.empty(hidden)
-    rows = {name: Rows(saved[f"{name}_mid"], saved[f"{name}_tokens"], saved[f"{name}_owners"]) if saved else empty
-            for name in SPLITS}
-    finals = {name: saved.get(f"{name}_final", np.zeros((0, hidden), np.float32)) for name in SPLITS}
-    for name in SPLITS:
+    rows: dict[str, Rows] = {}
+    finals: dict[str, np.ndarray] = {}
+    for name in splits:
         keys = [str(k) for k in saved.get(f"{name}_keys", [])]
-        if keys != [p.key for p in splits[name][:len(keys)]] or rows[name].mids.shape[1:] != (hidden,):
+        fits = keys == [p.key for p in splits[name][:len(keys)]] and (
+            f"{name}_mid" not in saved or saved[f"{name}_mid"].shape[1:] == (hidden,))
+        if not fits and name in SPLITS:
             raise UserError(f"{path} holds other positions or another model's states: delete it to start again")
-    missing = sum(len(splits[name]) - len(finals[name]) for name in SPLITS)
+        if fits and f"{name}_owners" in saved:
+            rows[name] = Rows(saved[f"{name}_mid"], saved[f"{name}_tokens"], saved[f"{name}_owners"])
+            finals[name] = saved[f"{name}_final"]
+        else:
+            rows[name], finals[name] = Rows.empty(hidden), np.zeros((0, hidden), np.float32)
+    missing = sum(len(splits[name]) - len(finals[name]) for name in splits)
     with progress_bar("positions", disable=not show_progress or not missing) as progress:
         task = progress.add_task("frozen pass", total=missing)
-        for name in SPLITS:
+        for name in splits:
             while len(finals[name]) < len(splits[name]):
                 done = len(finals[name])
                 more, final = teacher.states(splits[name][done:done + SAVE_EVERY])
@@ -594,7 +645,7 @@ def _gather(path: Path, teacher: Teacher, splits: dict[str, list[EndgamePosition
 def _save_states(path: Path, rows: dict[str, Rows], finals: dict[str, np.ndarray],
                  splits: dict[str, list[EndgamePosition]]) -> None:
     arrays = {}
-    for name in SPLITS:
+    for name in splits:
         arrays[f"{name}_mid"], arrays[f"{name}_final"] = rows[name].mids, finals[name]
         arrays[f"{name}_tokens"], arrays[f"{name}_owners"] = rows[name].tokens, rows[name].owners
         arrays[f"{name}_keys"] = np.array([p.key for p in splits[name][:len(finals[name])]])
@@ -620,12 +671,17 @@ def _check_settings(folder: Path, model_spec: str, adapter: str, settings: Disti
 
 def summary_line(summary: dict) -> str:
     """One line: how often the plain model's most likely tokens spell the secret at held-out
-    validation and training answers' positions, before and at the chosen epoch, beside the head's."""
+    validation and training answers' positions, before and at the chosen epoch, beside the head's
+    (and at its own validation games' positions, when those chose the epoch)."""
     start, best, head = summary["curve"][0], summary["best"], summary["head_figures"]
+    own = "" if "own_validation" not in best else (
+        f"; at its own validation games' one-candidate positions {start['own_validation']['spells']:.3f} -> "
+        f"{best['own_validation']['spells']:.3f} (the head {head['own_validation']['spells']:.3f})")
     return (f"distill (epoch {best['epoch']} of {summary['settings']['epochs']}, {summary['positions']['train']:,} "
-            f"positions): the model's own most likely tokens spell the secret at held-out validation positions "
+            f"positions + {summary['positions'].get('own', 0):,} of its own games): the model's own most likely "
+            f"tokens spell the secret at held-out validation positions "
             f"{start['validation']['spells']:.3f} -> {best['validation']['spells']:.3f} (the head "
             f"{head['validation']['spells']:.3f}; its word probability {start['validation']['mean_p']:.3f} -> "
             f"{best['validation']['mean_p']:.3f}), training answers {start['answers']['spells']:.3f} -> "
             f"{best['answers']['spells']:.3f}, its training positions {start['train']['spells']:.3f} -> "
-            f"{best['train']['spells']:.3f}")
+            f"{best['train']['spells']:.3f}{own}")

@@ -20,11 +20,18 @@ from rl.distill import DistillSettings
 @click.option("--out", required=True, type=click.Path(file_okay=False), callback=writable_folder,
               help="The run folder: states.npz, metrics.jsonl, summary.json, and model/ (--part output) or "
                    "best/ (--part mlp), chosen on held-out validation.")
+@click.option("--own-games", multiple=True, type=click.Path(dir_okay=False),
+              help="An eval JSON of the model's own games on training words (eval --split train or untaught; "
+                   "repeatable): every position where it answered with one candidate left joins the training "
+                   "positions, so it is taught where its own play goes wrong.")
+@click.option("--own-validation", multiple=True, type=click.Path(dir_okay=False),
+              help="An eval JSON of its own games on held-out validation words (eval --split validation; "
+                   "repeatable): their one-candidate positions choose the epoch.")
 @knob_options(declared(DistillSettings))
 @dtype_option
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @json_option
-def distill_command(model, adapter, out, dtype, quiet, json_path, **knobs) -> None:
+def distill_command(model, adapter, out, own_games, own_validation, dtype, quiet, json_path, **knobs) -> None:
     """Teach the model to name what its naming head names, token by token: at fresh one-candidate
     positions of training words (the allowed list's, never a held-out one), the model's own next
     token at ' Only' and after each of the secret's tokens is trained toward the head's
@@ -42,10 +49,13 @@ def distill_command(model, adapter, out, dtype, quiet, json_path, **knobs) -> No
     from rl.distill import run_distill, summary_line
     from sft.run_folder import claim
 
-    refuse_owned_output(json_path, "--json", [("--out", out), ("--adapter", adapter), ("--model", model)])
+    refuse_owned_output(json_path, "--json", [("--out", out), ("--adapter", adapter), ("--model", model)],
+                        inputs=[("--own-games", path) for path in own_games]
+                        + [("--own-validation", path) for path in own_validation])
     claim(Path(out), "distill")
     with run_lock(out):
-        summary = run_distill(model, adapter, out, DistillSettings(**knobs), dtype, not quiet)
+        summary = run_distill(model, adapter, out, DistillSettings(**knobs), dtype, not quiet, own_games,
+                              own_validation)
     click.echo(summary_line(summary))
     if json_path:
         atomic_write_json(json_path, summary)

@@ -171,3 +171,34 @@ def test_distill_mistakes_are_one_line_and_exit_2(tiny_model_dir, headed_adapter
     save_adapter(bare, trainable_weights(model), config)
     result = run(tiny_model_dir, bare, tmp_path / "third", "--epochs", "2")
     assert result.exit_code == 2 and "no naming head" in result.output
+
+
+def test_distill_teaches_where_its_own_games_went_and_chooses_by_its_own_validation_games(
+        tiny_model_dir, headed_adapter, tmp_path):  # noqa: F811
+    """Positions of the model's own games (any eval JSON: here the solver's) with one candidate left
+    join the training rows (training words only), those on validation words choose the epoch."""
+    from eval.endgame import model_positions
+    from solver.setup import load_setup
+
+    games = {}
+    for split in ("train", "validation"):
+        games[split] = tmp_path / f"{split}.json"
+        result = CliRunner().invoke(cli, ["eval", "--policy", "solver", "--split", split, "--games", "8", "--seed",
+                                          "1", "--quiet", "--json", str(games[split])])
+        assert result.exit_code == 0, result.output
+    answers = load_setup("answers")
+    expected = {split: len({p.key for p in model_positions(answers, json.loads(path.read_text()), max_candidates=1)})
+                for split, path in games.items()}
+    assert min(expected.values()) > 0
+    out = tmp_path / "run"
+    result = run(tiny_model_dir, headed_adapter, out, "--epochs", "2", "--part", "mlp", "--own-games",
+                 str(games["train"]), "--own-validation", str(games["validation"]), "--json", str(tmp_path / "s.json"))
+    assert result.exit_code == 0, result.output
+    assert "of its own games" in result.output and "its own validation games" in result.output
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["positions"] == {"train": 4, "validation": 2, "answers": 2, "own": expected["train"],
+                                    "own_validation": expected["validation"]}
+    assert summary["chosen_by"] == "own_validation" and set(summary["best"]) >= {"own", "own_validation"}
+    result = run(tiny_model_dir, headed_adapter, tmp_path / "other", "--own-games", str(games["validation"]))
+    assert result.exit_code == 2 and "not training words" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "other" / "states.npz").exists()
