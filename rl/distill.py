@@ -124,6 +124,8 @@ class DistillSettings:
     lr: float = knob(1e-3, "Adam learning rate (for --part mlp 5e-5: faster rates learnt the training positions "
                            "sooner and no held-out ones, results/distill-word/).", range=(0.0, 1.0), open_low=True,
                      flag="--lr")
+    own_repeat: int = knob(1, "Times each row of the model's own games (--own-games) is taught an epoch: a few hundred "
+                              "positions beside thousands of the solver's.", range=(1, 1000), flag="--own-repeat")
     eval_every: int = knob(1, "Epochs between readings (the best on validation is kept).", range=(1, 1_000_000),
                            flag="--eval-every")
     seed: int = knob_like(SEED)
@@ -465,7 +467,10 @@ def run_distill(model_spec: str, adapter: str, out: str, settings: DistillSettin
     anchors = _gather_anchors(folder / ANCHORS_FILE, teacher, anchor_positions(settings), show_progress)
     student = Student(policy, settings.part, settings.spelled)
     read = {name: rows[name] for name in splits if len(splits[name])}
-    fitted = rows["train"].then(rows["own"], len(splits["train"])), targets["train"].then(targets["own"])
+    fitted = rows["train"], targets["train"]
+    for copy in range(settings.own_repeat):
+        fitted = (fitted[0].then(rows["own"], len(splits["train"]) + copy * len(splits["own"])),
+                  fitted[1].then(targets["own"]))
     curve, best = _fit(student, read, fitted, anchors, settings, folder, show_progress)
     student.module.load_weights(list(best.pop("weights").items()), strict=False)
     written = student.write(folder, model_spec, adapter, dtype)
@@ -473,7 +478,8 @@ def run_distill(model_spec: str, adapter: str, out: str, settings: DistillSettin
                "own_games": list(own_games), "own_validation": list(own_validation), "written": str(written),
                "chosen_by": chooser(read),
                "positions": {name: len(splits[name]) for name in read},
-               "rows": {**{name: len(read[name].tokens) for name in read}, "anchor": len(anchors.tokens)},
+               "rows": {**{name: len(read[name].tokens) for name in read}, "anchor": len(anchors.tokens),
+                        "fitted": len(fitted[0].tokens)},
                "head_figures": {name: word_figures(targets[name].secret_p, targets[name].secret_top,
                                                    rows[name].owners) for name in read},
                "curve": curve, "best": best, "states_seconds": round(gathered - began, 1),

@@ -192,13 +192,15 @@ def test_distill_teaches_where_its_own_games_went_and_chooses_by_its_own_validat
     assert min(expected.values()) > 0
     out = tmp_path / "run"
     result = run(tiny_model_dir, headed_adapter, out, "--epochs", "2", "--part", "mlp", "--own-games",
-                 str(games["train"]), "--own-validation", str(games["validation"]), "--json", str(tmp_path / "s.json"))
+                 str(games["train"]), "--own-validation", str(games["validation"]), "--own-repeat", "3", "--json",
+                 str(tmp_path / "s.json"))
     assert result.exit_code == 0, result.output
     assert "of its own games" in result.output and "its own validation games" in result.output
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["positions"] == {"train": 4, "validation": 2, "answers": 2, "own": expected["train"],
                                     "own_validation": expected["validation"]}
     assert summary["chosen_by"] == "own_validation" and set(summary["best"]) >= {"own", "own_validation"}
+    assert summary["rows"]["fitted"] == summary["rows"]["train"] + 3 * summary["rows"]["own"]
     result = run(tiny_model_dir, headed_adapter, tmp_path / "other", "--own-games", str(games["validation"]))
     assert result.exit_code == 2 and "not training words" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "other" / "states.npz").exists()
