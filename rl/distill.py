@@ -33,7 +33,10 @@ model (spelling every token made up words in play). The head's targets come from
 at ` Only`. The positions are the solver's games on the allowed list's
 training words (never a held-out one), each game's first position with one candidate left, the
 teacher's true thought up to ` Only`: fresh ones, not the head's own fit positions (where it
-learnt the answer).
+learnt the answer). The solver's games rarely reach the states the model's own play does (its last
+guess a near miss it then names again), so `--own-games` adds every position where the model
+answered with one candidate left in its own games on training words, labelled by the head the
+same way, and `--own-validation` (its games on validation words) chooses the epoch where it plays.
 
 The figures, read every `eval_every` epochs on training positions, held-out validation positions
 (the answer list's validation words, which choose the epoch) and training answers' positions
