@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from llm_fixtures import tiny_model_dir  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,6 +33,7 @@ def tiny_rl_config(folder: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # 30-45 s: the GPU recipe end to end on a tiny model
 def test_proof_script_runs_every_stage_and_brings_back_its_files(tmp_path: Path, tiny_model_dir: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
@@ -78,6 +81,7 @@ def test_proof_script_runs_every_stage_and_brings_back_its_files(tmp_path: Path,
     assert paired["paired_wins"]["games"] == 2
 
 
+@pytest.mark.slow  # 30-45 s: the GPU recipe end to end on a tiny model
 def test_proof_script_with_head_fits_it_on_the_start_and_plays_the_same_positions_and_games(
         tmp_path: Path, tiny_model_dir: Path) -> None:  # noqa: F811
     """HEAD=1: no RL; the naming head on a copy of the carried adapter, its file and record brought
