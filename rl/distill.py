@@ -617,8 +617,8 @@ def _savez(tmp: str, arrays: dict[str, np.ndarray]) -> None:
 def _gather(path: Path, teacher: Teacher, splits: dict[str, list[EndgamePosition]],
             show_progress: bool) -> tuple[dict[str, Rows], dict[str, np.ndarray]]:
     """Every split's rows and ` Only` states: those in `path` first, then the rest, saved as they
-    grow. The own games' splits are cheap and may change between runs (more games played): saved
-    ones that are not a beginning of today's are dropped and passed again."""
+    grow. The own games' splits are cheap and may change between runs: fewer games keep the
+    beginning of the saved rows, more are passed on from them, and other games are passed anew."""
     hidden = teacher.model.args.hidden_size
     saved = read_arrays(path, "a distill states file", "delete it to start again") if path.exists() else {}
     if saved and any(f"{name}_owners" not in saved for name in SPLITS):
@@ -628,13 +628,15 @@ def _gather(path: Path, teacher: Teacher, splits: dict[str, list[EndgamePosition
     finals: dict[str, np.ndarray] = {}
     for name in splits:
         keys = [str(k) for k in saved.get(f"{name}_keys", [])]
-        fits = keys == [p.key for p in splits[name][:len(keys)]] and (
+        kept = len(keys) if name in SPLITS else min(len(keys), len(splits[name]))  # fewer own games: a beginning
+        fits = keys[:kept] == [p.key for p in splits[name][:len(keys)]] and (
             f"{name}_mid" not in saved or saved[f"{name}_mid"].shape[1:] == (hidden,))
         if not fits and name in SPLITS:
             raise UserError(f"{path} holds other positions or another model's states: delete it to start again")
         if fits and f"{name}_owners" in saved:
-            rows[name] = Rows(saved[f"{name}_mid"], saved[f"{name}_tokens"], saved[f"{name}_owners"])
-            finals[name] = saved[f"{name}_final"]
+            owned = saved[f"{name}_owners"] < kept
+            rows[name] = Rows(saved[f"{name}_mid"][owned], saved[f"{name}_tokens"][owned], saved[f"{name}_owners"][owned])
+            finals[name] = saved[f"{name}_final"][:kept]
         else:
             rows[name], finals[name] = Rows.empty(hidden), np.zeros((0, hidden), np.float32)
     missing = sum(len(splits[name]) - len(finals[name]) for name in splits)

@@ -201,6 +201,17 @@ def test_distill_teaches_where_its_own_games_went_and_chooses_by_its_own_validat
                                     "own_validation": expected["validation"]}
     assert summary["chosen_by"] == "own_validation" and set(summary["best"]) >= {"own", "own_validation"}
     assert summary["rows"]["fitted"] == summary["rows"]["train"] + 3 * summary["rows"]["own"]
+    fewer = json.loads(games["train"].read_text())
+    fewer["per_game"] = fewer["per_game"][:4]
+    (tmp_path / "fewer.json").write_text(json.dumps(fewer))
+    states = (out / "states.npz").stat().st_mtime_ns
+    result = run(tiny_model_dir, headed_adapter, out, "--epochs", "2", "--part", "mlp", "--own-games",
+                 str(tmp_path / "fewer.json"), "--json", str(tmp_path / "s2.json"))
+    assert result.exit_code == 0, result.output
+    assert (out / "states.npz").stat().st_mtime_ns == states  # the beginning of the saved own rows, no new pass
+    fewer_positions = len({p.key for p in model_positions(answers, fewer, max_candidates=1)})
+    again = json.loads((tmp_path / "s2.json").read_text())
+    assert again["positions"]["own"] == fewer_positions < expected["train"] and again["chosen_by"] == "validation"
     result = run(tiny_model_dir, headed_adapter, tmp_path / "other", "--own-games", str(games["validation"]))
     assert result.exit_code == 2 and "not training words" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "other" / "states.npz").exists()
