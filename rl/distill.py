@@ -419,6 +419,8 @@ def own_positions(paths: tuple[str, ...], split: str) -> list[EndgamePosition]:
     positions: dict[str, EndgamePosition] = {}
     for path in paths:
         result = read_json(path, f"{flag} games file")
+        if not isinstance(result.get("per_game"), list) or not result["per_game"]:
+            raise UserError(f"{flag} {path} holds no per-game records: give the --json file of an eval")
         if result.get("secrets", "answers") != "answers":
             raise UserError(f"{flag} {path}: its secrets are the {result.get('secrets')} list; play the answer list's")
         outside = sorted({g.get("secret") for g in result.get("per_game", []) if not allowed_here(g.get("secret", ""))})

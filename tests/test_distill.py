@@ -215,3 +215,5 @@ def test_distill_teaches_where_its_own_games_went_and_chooses_by_its_own_validat
     result = run(tiny_model_dir, headed_adapter, tmp_path / "other", "--own-games", str(games["validation"]))
     assert result.exit_code == 2 and "not training words" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "other" / "states.npz").exists()
+    result = run(tiny_model_dir, headed_adapter, tmp_path / "other", "--own-games", str(tmp_path / "s.json"))
+    assert result.exit_code == 2 and "no per-game records" in result.output
