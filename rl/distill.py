@@ -637,7 +637,7 @@ def _gather(path: Path, teacher: Teacher, splits: dict[str, list[EndgamePosition
             raise UserError(f"{path} holds other positions or another model's states: delete it to start again")
         if fits and f"{name}_owners" in saved:
             owned = saved[f"{name}_owners"] < kept
-            rows[name] = Rows(saved[f"{name}_mid"][owned], saved[f"{name}_tokens"][owned], saved[f"{name}_owners"][owned])
+            rows[name] = Rows(*(saved[f"{name}_{part}"][owned] for part in ("mid", "tokens", "owners")))
             finals[name] = saved[f"{name}_final"][:kept]
         else:
             rows[name], finals[name] = Rows.empty(hidden), np.zeros((0, hidden), np.float32)
