@@ -172,9 +172,12 @@ class Teacher:
 
     def __init__(self, model: nn.Module, tokenizer, head: NamingHead) -> None:
         self.model, self.tokenizer = model, tokenizer
-        self.vocabulary = WordTokens.of(tokenizer, load_setup("answers").lists.allowed)
+        answers = load_setup("answers")
+        self.vocabulary = WordTokens.of(tokenizer, answers.lists.allowed)
         self.index = {w: i for i, w in enumerate(self.vocabulary.words)}
-        self.score = head_scorer(model, head, self.vocabulary)
+        # The head as it plays: a head RL trained carries a bias toward the game's secret list (the
+        # answer list, a rule of the game), which it adds there whatever the position's secret.
+        self.score = head_scorer(model, head, self.vocabulary, answers.start.secret_words)
 
     def secret_tokens(self, position: EndgamePosition) -> tuple[int, ...]:
         return self.vocabulary.sequences[self.index[position.secret]]

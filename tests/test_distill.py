@@ -88,6 +88,42 @@ def test_the_last_layer_learns_the_heads_word_token_by_token_and_the_teacher_sta
     np.testing.assert_allclose(again.mids, rows.mids, atol=1e-5)
 
 
+def test_the_teacher_is_the_head_as_it_plays_its_secret_bias_toward_the_answer_list_included(
+        tiny_model_dir, headed_adapter):  # noqa: F811
+    """A head RL trained carries a bias toward the game's secret list: the teacher adds it to the
+    answer list's words at every position, as the head does in play, so its first-token targets
+    put more weight on tokens that open answers than the same head without the bias."""
+    from dataclasses import replace
+
+    from llm.naming_head import NamingHead, head_beside
+    from rl.distill import DistillSettings, Teacher, distill_positions, trainable_model
+    from solver.setup import load_setup
+
+    settings = DistillSettings(positions=4, validation_positions=2, answer_positions=2)
+    policy = trainable_model(str(tiny_model_dir), str(headed_adapter), settings, "auto")
+    positions = distill_positions(settings)["train"]
+    fitted = NamingHead.load(head_beside(headed_adapter))
+    plain, biased = (Teacher(policy.model, policy.tokenizer, replace(fitted, secret_bias=bias)) for bias in (0.0, 5.0))
+    rows, finals = plain.states(positions)
+    answers = set(load_setup("answers").start.secret_words)
+    first_tokens = np.array([sequence[0] for sequence in plain.vocabulary.sequences])
+    is_answer = np.array([w in answers for w in plain.vocabulary.words], np.float64)
+    answer_share = np.bincount(first_tokens, weights=is_answer) / np.maximum(np.bincount(first_tokens), 1)
+    first = np.r_[True, rows.owners[1:] != rows.owners[:-1]]
+
+    def answer_weight(teacher: Teacher) -> float:
+        """The answers' share among the words behind each first-token target, weighed by the target."""
+        targets = teacher.targets(finals, positions, rows)
+        return float((targets.weights[first] * answer_share[targets.tokens[first]]).sum())
+
+    def answer_mass(teacher: Teacher) -> float:
+        """The answers' share of the teacher's word distributions at the positions."""
+        return float((np.array(mx.softmax(teacher.score(mx.array(finals)), axis=-1)) @ is_answer).mean())
+
+    assert answer_mass(biased) > answer_mass(plain) + 0.3
+    assert answer_weight(biased) > answer_weight(plain)
+
+
 def test_the_spelled_output_layer_starts_as_the_models_and_writes_as_a_plain_lm_head(tiny_model_dir,  # noqa: F811
                                                                                      tmp_path):
     """W + S P at P = 0 is the model's own output layer; a folder given W + S P as its lm_head
