@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import pickle
 import time
+from pathlib import Path
 
 import click
 
@@ -36,6 +37,7 @@ from studies.last_guess_probe import START, TARGET_TOKENS, _first, _load_start
 CACHED_LAYERS = 2  # the residual is cached before the last two layers: `--layers` 1 or 2 train from it
 BATCH = 16  # positions a step, padded to the longest (right padding is harmless under a causal mask)
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
+SAVED = Path("runs/attn")  # where `fit` saves each epoch's LoRA
 
 
 @click.group()
@@ -59,6 +61,7 @@ def collect(games: str, validation: str, anchors: int, out: str) -> None:
     from rl.naming_head import naming_context
     from sft.cot import truthful_answer
 
+    Path(out).parent.mkdir(parents=True, exist_ok=True)  # before 20 minutes of work, not after
     model, tokenizer = _load_start()
     inner = model.model
 
@@ -99,7 +102,7 @@ def collect(games: str, validation: str, anchors: int, out: str) -> None:
 @click.option("--anchor-weight", type=float, default=1.0)
 @click.option("--lr", type=float, default=1e-3)
 @click.option("--epochs", type=int, default=6)
-@click.option("--tag", required=True, help="Each epoch's LoRA is saved as runs/attn/TAG-eN.safetensors.")
+@click.option("--tag", required=True, help=f"Each epoch's LoRA is saved as {SAVED}/TAG-eN.safetensors.")
 def fit(cache: str, head_adapter: str, layers: int, rank: int, teacher_weight: float, targets: str, unlikelihood: float,
         anchor_weight: float, lr: float, epochs: int, tag: str) -> None:
     """Train the last layers' attention LoRA from the cache; every epoch read and saved."""
@@ -116,6 +119,7 @@ def fit(cache: str, head_adapter: str, layers: int, rank: int, teacher_weight: f
     from rl.distill import Teacher
     from solver.setup import load_setup
 
+    SAVED.mkdir(parents=True, exist_ok=True)
     mx.random.seed(0)
     model, tokenizer = _load_start()
     inner = model.model
@@ -250,7 +254,7 @@ def fit(cache: str, head_adapter: str, layers: int, rank: int, teacher_weight: f
             mx.eval(model.parameters(), optimizer.state)
         click.echo(f"epoch {epoch}: {time.time() - began:.0f} s", err=True)
         report(epoch)
-        mx.save_safetensors(f"runs/attn/{tag}-e{epoch}.safetensors", dict(tree_flatten(model.trainable_parameters())))
+        mx.save_safetensors(str(SAVED / f"{tag}-e{epoch}.safetensors"), dict(tree_flatten(model.trainable_parameters())))
 
 
 @main.command()
