@@ -31,17 +31,19 @@ LETTERS = 26
 FEATURES = 2 * PLACES * LETTERS + LETTERS  # places in the word (opening tokens), places in the token, letters held
 
 
-def token_spelling(tokenizer, vocab_size: int, openings_only: bool = False) -> np.ndarray:
-    """(vocabulary, FEATURES) each token's spelling when it is a space and up to five lower-case
-    letters, or (unless `openings_only`) up to five lower-case letters alone; zero for every other
-    token."""
+def token_spelling(tokenizer, vocab_size: int, spelled: str = "all",
+                   words: frozenset[str] = frozenset()) -> np.ndarray:
+    """(vocabulary, FEATURES) each token's spelling, zero for every token not spelled. `spelled`
+    says which are: 'all', a space and up to five lower-case letters or up to five letters alone;
+    'openings', only those with the space (a word's first token); 'words', only a space and one of
+    `words` whole, so the term can lift a listed word and never the opening of a made-up one."""
     features = np.zeros((vocab_size, FEATURES), np.float32)
     for token in range(min(vocab_size, len(tokenizer.get_vocab()))):
         text = tokenizer.decode([token])
         opens = text.startswith(" ")
         letters = text[1:] if opens else text
         if not letters or len(letters) > PLACES or not all("a" <= c <= "z" for c in letters) or \
-                (openings_only and not opens):
+                (spelled != "all" and not opens) or (spelled == "words" and letters not in words):
             continue
         base = 0 if opens else PLACES * LETTERS
         for place, c in enumerate(letters):

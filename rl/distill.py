@@ -28,8 +28,9 @@ projection, so OUT/best is an ordinary adapter over the start (rl/policy.py merg
 learnt its training positions and not held-out ones (results/distill-word/). Whatever learns
 changes the logits at every token, not only the taught ones: every token of a few hundred
 positions' whole teacher answers (anchor rows) is held to the start's own distribution beside each
-step, and `--spelled openings` spells only a word's first token, the rest of the word left to the
-model (spelling every token made up words in play). The head's targets come from the final state
+step, and `--spelled words` spells only the tokens that are a whole allowed word: spelling every
+token made up words in play, and spelling every word's first token still opened made-up ones
+(results/distill-words/). The head's targets come from the final state
 at ` Only`. The positions are the solver's games on the allowed list's
 training words (never a held-out one), each game's first position with one candidate left, the
 teacher's true thought up to ` Only`: fresh ones, not the head's own fit positions (where it
@@ -114,10 +115,13 @@ class DistillSettings:
                                "model), or 'mlp', a LoRA on the last layer's MLP (OUT/best, an adapter; it learnt its "
                                "training positions only, results/distill-word/).", choices=("output", "mlp"),
                      flag="--part")
-    spelled: str = knob("openings", "Which tokens the output layer spells (--part output): 'openings', a space and "
-                                    "letters (a word's first token; the rest of the word stays the model's own), or "
-                                    "'all', continuing tokens too (which made up more words, results/distill-word/).",
-                        choices=("openings", "all"), flag="--spelled")
+    spelled: str = knob("words", "Which tokens the output layer spells (--part output): 'openings', a space and "
+                                    "letters (a word's first token; the rest of the word stays the model's own), "
+                                    "'all', continuing tokens too (which made up more words, results/distill-word/), "
+                                    "or 'words', only tokens that are a whole allowed word (the term cannot open a "
+                                    "made-up word; words of several tokens keep the model's own logits; chosen on "
+                                    "validation games, results/distill-words/).",
+                        choices=("openings", "all", "words"), flag="--spelled")
     anchor_positions: int = knob(200, "Positions whose whole teacher answers anchor every other token to the start's "
                                       "own distribution (0: none; without them the spelled layer broke 96% of "
                                       "answers, results/distill-word/).", range=(0, 100_000),
@@ -319,13 +323,14 @@ class Student:
     layer (llm/spelled_output.py) on the frozen start's final state; `--part mlp`, the LoRA of the
     last layer's MLP on the state after its attention."""
 
-    def __init__(self, policy, part: str, spelled: str = "openings") -> None:
+    def __init__(self, policy, part: str, spelled: str = "words") -> None:
         self.policy, self.part = policy, part
         if part == "mlp":
             self.module = policy.model
         else:
             weight = output_weight(policy.model).astype(mx.float32)
-            spelling = token_spelling(policy.tokenizer, weight.shape[0], openings_only=spelled == "openings")
+            words = frozenset(load_setup("answers").lists.allowed) if spelled == "words" else frozenset()
+            spelling = token_spelling(policy.tokenizer, weight.shape[0], spelled, words)
             self.module = SpelledOutput(weight, mx.array(spelling))
 
     def inputs(self, rows: Rows) -> np.ndarray:

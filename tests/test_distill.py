@@ -140,11 +140,15 @@ def test_the_spelled_output_layer_starts_as_the_models_and_writes_as_a_plain_lm_
     crane = tokenizer.encode(" crane", add_special_tokens=False)
     if len(crane) == 1:  # an opening token: its places in the word are its features
         assert spelling[crane[0], 0 * 26 + 2] == 1 and spelling[crane[0], 4 * 26 + 4] == 1
-    openings = token_spelling(tokenizer, weight.shape[0], openings_only=True)
+    openings = token_spelling(tokenizer, weight.shape[0], "openings")
     known = min(weight.shape[0], len(tokenizer.get_vocab()))
     opening = np.array([tokenizer.decode([t]).startswith(" ") for t in range(known)]
                        + [False] * (weight.shape[0] - known))
     assert not openings[~opening].any() and np.array_equal(openings[opening], spelling[opening])
+    listed = tokenizer.decode([next(t for t in range(known) if openings[t].any())])[1:]
+    words = token_spelling(tokenizer, weight.shape[0], "words", frozenset({listed}))
+    spelled_tokens = {tokenizer.decode([t]) for t in np.flatnonzero(words.any(axis=1))}
+    assert spelled_tokens == {" " + listed}  # a whole listed word and nothing else, not even its openings
     layer = SpelledOutput(weight, mx.array(spelling))
     h = mx.random.normal((3, weight.shape[1]))
     np.testing.assert_allclose(np.array(layer(h)), np.array(output_layer(model)(h)), atol=1e-4)
