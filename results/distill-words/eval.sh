@@ -24,3 +24,10 @@ python cli.py eval --model $M --endgame --split test --positions 400 --seed 4 --
 python cli.py eval --compare results/distill-head/start-endgame-test-400.json $R/words-endgame-test-400.json --json $R/paired-words-endgame-test-400.json
 # 5. the start's seed-4 games measured again with today's code (the baseline above is session 64's)
 python cli.py eval --model default --adapter llm/sft_start --split test --games 128 --seed 4 --json $R/start-test-128-seed4-again.json --quiet
+# 6. the readings of the games (files written straight here)
+python -m studies.lost_games results/distill-own/d3-validation.json $R/words-validation.json --json results/distill-words/lost-games-validation.json
+python -m studies.lost_games $W/start-test-128-seed4.json $R/words-test-128-seed4.json $W/start-test-128-seed5.json $R/words-test-128-seed5.json --json results/distill-words/lost-games-test.json
+python -m studies.win_positions $W/start-test-128-seed4.json $W/openings-test-128-seed4.json $R/words-test-128-seed4.json \
+    $W/start-test-128-seed5.json $W/openings-test-128-seed5.json $R/words-test-128-seed5.json --json results/distill-words/win-positions-test.json
+python -m studies.named_words $W/start-endgame-validation-200.json $W/opening-endgame-validation-200.json $R/words-endgame-validation-200.json \
+    --json results/distill-words/named-words-endgame-validation.json
