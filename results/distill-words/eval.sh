@@ -31,3 +31,8 @@ python -m studies.win_positions $W/start-test-128-seed4.json $W/openings-test-12
     $W/start-test-128-seed5.json $W/openings-test-128-seed5.json $R/words-test-128-seed5.json --json results/distill-words/win-positions-test.json
 python -m studies.named_words $W/start-endgame-validation-200.json $W/opening-endgame-validation-200.json $R/words-endgame-validation-200.json \
     --json results/distill-words/named-words-endgame-validation.json
+# 7. runs/uw: runs/attn/m-ul1 (../attention-lora/'s U fit, fused) with runs/d9/model's lm_head written into it
+#    (llm/spelled_output.py write_output_layer), on the same 90 validation games
+python cli.py eval --model runs/uw --split validation --seed 11 --json $R/uw-validation.json --quiet
+python cli.py eval --compare $R/words-validation.json $R/uw-validation.json --json $R/paired-uw-vs-words-validation.json
+python -m studies.lost_games $R/words-validation.json $R/uw-validation.json --json results/distill-words/lost-games-uw-validation.json
