@@ -19,7 +19,8 @@ python cli.py eval --compare $W/openings-test-128-seed$S.json $R/words-test-128-
 done
 # 4. memory or skill: the endgame benchmark on training secrets and on the held-out test positions of ../distill-word/
 python cli.py eval --model $M --endgame --split train --positions 200 --seed 0 --batch-size 64 --json $R/words-endgame-train-200.json --quiet
-python cli.py eval --compare results/endgame-rl/start-endgame-train-200.json $R/words-endgame-train-200.json --json $R/paired-words-endgame-train-200.json
+python cli.py eval --model default --adapter llm/sft_start --endgame --split train --positions 200 --seed 0 --batch-size 64 --json $R/start-endgame-train-200.json --quiet
+python cli.py eval --compare $R/start-endgame-train-200.json $R/words-endgame-train-200.json --json $R/paired-words-endgame-train-200.json
 python cli.py eval --model $M --endgame --split test --positions 400 --seed 4 --batch-size 64 --json $R/words-endgame-test-400.json --quiet
 python cli.py eval --compare results/distill-head/start-endgame-test-400.json $R/words-endgame-test-400.json --json $R/paired-words-endgame-test-400.json
 # 5. the start's seed-4 games measured again with today's code (the baseline above is session 64's)
