@@ -323,7 +323,7 @@ class Student:
     layer (llm/spelled_output.py) on the frozen start's final state; `--part mlp`, the LoRA of the
     last layer's MLP on the state after its attention."""
 
-    def __init__(self, policy, part: str, spelled: str = "words") -> None:
+    def __init__(self, policy, part: str, spelled: str) -> None:
         self.policy, self.part = policy, part
         if part == "mlp":
             self.module = policy.model

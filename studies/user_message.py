@@ -9,16 +9,15 @@ from __future__ import annotations
 import sys
 
 from llm.format import render_state
-from solver.feedback import parse_pattern
 from solver.setup import load_setup
+from solver.solve_views import parse_history
 from solver.state import state_from_history
 
 
 def user_message(history: str) -> str:
-    """The message after `history` ("guess:pattern,..." with patterns of 0/1/2)."""
+    """The message after `history`, written as `play --history` takes it ("crate:00102,...")."""
     setup = load_setup("answers")
-    pairs = [item.split(":") for item in history.split(",")]
-    return render_state(state_from_history(setup.lists, setup.matrix, [(w, parse_pattern(p)) for w, p in pairs]))
+    return render_state(state_from_history(setup.lists, setup.matrix, parse_history(history)))
 
 
 if __name__ == "__main__":
