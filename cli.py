@@ -60,6 +60,7 @@ def _register() -> None:
     from rl.commands import report_command, rl_command
     from rl.distill_command import distill_command
     from rl.head_command import naming_head_command
+    from rl.output_rl_command import output_rl_command
     from rl.pipeline_command import pipeline_command
     from sft.commands import sft
     from sft.export_command import export_command
@@ -67,7 +68,7 @@ def _register() -> None:
     from solver.commands import matrix_command, solve
 
     for command in (solve, matrix_command, eval_command, play_command, doctor, gen_sft, sft, rl_command,
-                    distill_command, naming_head_command, report_command, pipeline_command, export_command):
+                    distill_command, output_rl_command, naming_head_command, report_command, pipeline_command, export_command):
         cli.add_command(command)
 
 

@@ -1,4 +1,4 @@
-"""The kinds of folder the commands make (a gen-sft dataset, an SFT, RL, pipeline or distill run),
+"""The kinds of folder the commands make (a gen-sft dataset, an SFT, RL, pipeline, distill or output-rl run),
 and how each is told by the one file only it writes there.
 
 Two rules read this table. A command's --out takes an empty folder or one of its own kind
@@ -36,6 +36,8 @@ OUTPUTS = {
                        "stages.json"),
     "distill": Output("a distill run", frozenset({"distill.json", "checkpoints", "latest", "metrics.jsonl", "adapter",
                                                   "best", "summary.json"}), "distill.json"),
+    "output-rl": Output("an output-rl run", frozenset({"output_rl.json", "states.npz", "metrics.jsonl", "summary.json",
+                                                       "model"}), "output_rl.json"),
 }
 # What each run's run.json holds that the other's does not.
 RUN_FILE_KEYS = {"sft": "trajectory", "rl": "start_adapter"}

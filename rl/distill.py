@@ -474,7 +474,7 @@ def run_distill(model_spec: str, adapter: str, out: str, settings: DistillSettin
     began = time.perf_counter()
     policy = trainable_model(model_spec, adapter, settings, dtype)
     teacher = Teacher(policy.model, policy.tokenizer, head)
-    rows, finals = _gather(folder / STATES_FILE, teacher, splits, show_progress)
+    rows, finals = gather(folder / STATES_FILE, teacher, splits, show_progress)
     gathered = time.perf_counter()
     targets = {name: teacher.targets(finals[name], splits[name], rows[name]) for name in splits}
     anchors = _gather_anchors(folder / ANCHORS_FILE, teacher, anchor_positions(settings), show_progress)
@@ -624,7 +624,7 @@ def _savez(tmp: str, arrays: dict[str, np.ndarray]) -> None:
         np.savez(f, **arrays)
 
 
-def _gather(path: Path, teacher: Teacher, splits: dict[str, list[EndgamePosition]],
+def gather(path: Path, teacher: Teacher, splits: dict[str, list[EndgamePosition]],
             show_progress: bool) -> tuple[dict[str, Rows], dict[str, np.ndarray]]:
     """Every split's rows and ` Only` states: those in `path` first, then the rest, saved as they
     grow. The own games' splits are cheap and may change between runs: fewer games keep the

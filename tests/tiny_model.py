@@ -60,8 +60,10 @@ def corpus() -> list[str]:
     return _LINES + turns
 
 
-def build_tokenizer(vocab_size: int = VOCAB_SIZE) -> Tokenizer:
-    """A GPT-2 style byte-level BPE with SmolLM2's pre-tokenization (single digits)."""
+def build_tokenizer(vocab_size: int = VOCAB_SIZE, named: bool = False) -> Tokenizer:
+    """A GPT-2 style byte-level BPE with SmolLM2's pre-tokenization (single digits). `named` also
+    trains on a line naming each word, so that common words get a whole ` word` token as
+    SmolLM2's vocabulary has for most answers (what a spelled output layer's word rows are)."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -77,7 +79,7 @@ def build_tokenizer(vocab_size: int = VOCAB_SIZE) -> Tokenizer:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(corpus(), trainer=trainer)
+    tokenizer.train_from_iterator(corpus() + ([f"Only {w} remains." for w in _WORDS] if named else []), trainer=trainer)
     return tokenizer
 
 
@@ -111,7 +113,7 @@ def build_chars_tokenizer() -> Tokenizer:
     return build_sentencepiece_tokenizer(vocab_size=len(SPECIAL_TOKENS) + 97)
 
 
-TOKENIZERS = {"bpe": build_tokenizer, "sentencepiece": build_sentencepiece_tokenizer,
+TOKENIZERS = {"bpe": build_tokenizer, "bpe-named": lambda: build_tokenizer(named=True), "sentencepiece": build_sentencepiece_tokenizer,
               "sentencepiece-legacy": lambda: build_sentencepiece_tokenizer(legacy=True), "chars": build_chars_tokenizer}
 
 

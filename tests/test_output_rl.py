@@ -1,0 +1,161 @@
+"""`output-rl`: RL on three gains of a distilled model's output layer, at its own games' positions."""
+
+from __future__ import annotations
+
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cli import cli
+from llm.adapter_files import save_adapter
+from llm.loading import load_model
+from sft.lora import AdapterSettings, attach_adapter, trainable_weights
+from tiny_model import cached_tiny_model
+
+DISTILL_ARGS = ["--positions", "4", "--validation-positions", "2", "--answer-positions", "2", "--anchor-positions",
+                "2", "--epochs", "1", "--lr", "1e-2", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def distilled(tmp_path_factory):
+    """A tiny distill --part output run (a tokenizer with whole-word tokens, which are what the
+    gains weigh), and the solver's games on training and validation secrets standing in for the
+    distilled model's own (any eval JSON's one-candidate answers are positions)."""
+    tiny_model_dir = cached_tiny_model(tmp_path_factory.getbasetemp() / "models", tokenizer="bpe-named")
+    root = tmp_path_factory.mktemp("output-rl")
+    model, _ = load_model(str(tiny_model_dir))
+    mx.random.seed(0)
+    config = attach_adapter(model, AdapterSettings(rank=2))
+    adapter = save_adapter(root / "adapter", trainable_weights(model), config)
+    runner = CliRunner()
+    result = runner.invoke(cli, ["naming-head", "--model", str(tiny_model_dir), "--adapter", str(adapter),
+                                 "--positions", "6", "--validation-positions", "3", "--epochs", "4", "--rank", "2",
+                                 "--quiet"])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(cli, ["distill", "--model", str(tiny_model_dir), "--adapter", str(adapter), "--out",
+                                 str(root / "distill"), *DISTILL_ARGS])
+    assert result.exit_code == 0, result.output
+    games = {}
+    for split in ("untaught", "validation"):
+        games[split] = root / f"{split}.json"
+        result = runner.invoke(cli, ["eval", "--policy", "solver", "--split", split, "--games", "6", "--seed", "1",
+                                     "--quiet", "--json", str(games[split])])
+        assert result.exit_code == 0, result.output
+    return root / "distill", games
+
+
+def run(source, out, *extra):
+    folder, games = source
+    return CliRunner().invoke(cli, ["output-rl", "--distilled", str(folder), "--out", str(out), "--own-games",
+                                    str(games["untaught"]), "--own-validation", str(games["validation"]), "--quiet",
+                                    *extra])
+
+
+def test_the_expected_reward_is_the_distilled_models_own_probabilities_and_rl_raises_it(distilled, tmp_path):
+    """At the gains (1, 1, 0) a position's probability of naming the secret is the distilled
+    model's own, token by token at the play temperature, through its real forward pass; steps
+    raise the training positions' expected reward; the merged layer is the distilled one at the
+    start and is what OUT/model holds."""
+    from rl.naming_head import naming_context
+    from rl.output_rl import Source, expected, initial_gains, prepare
+    from llm.word_steering import WordTokens
+    from solver.setup import load_setup
+
+    out = tmp_path / "run"
+    result = run(distilled, out, "--steps", "30", "--eval-every", "5", "--lr", "0.05", "--json",
+                 str(tmp_path / "s.json"))
+    assert result.exit_code == 0, result.output
+    assert "output-rl (step" in result.output
+    summary = json.loads((tmp_path / "s.json").read_text())
+    curve = summary["curve"]
+    assert summary["positions"]["own"] > 0 and summary["positions"]["own_validation"] > 0
+    assert (curve[0]["beta"], curve[0]["alpha"], curve[0]["bias"]) == (1.0, 1.0, 0.0)
+    assert summary["best"]["own_validation"]["win"] >= curve[0]["own_validation"]["win"]
+    assert 0.0 <= summary["anchor_agreement"] <= 1.0
+    load_model(str(out / "model"))  # a plain mlx-lm model folder
+    assert "output-rl" in json.loads((out / "model" / "export.json").read_text())["output_layer"]
+    assert json.loads((distilled[0] / "summary.json").read_text())["written"] == str(distilled[0] / "model")
+
+    # exactness: the cached arrays' p(secret) at (1, 1, 0) against the distilled model run on the text
+    prepared = prepare(Source.of(str(distilled[0])), tmp_path / "again", (str(distilled[1]["untaught"]),),
+                       (str(distilled[1]["validation"]),), 0.7, False)
+    _, p_secret = expected(initial_gains(), prepared.splits["own_validation"], prepared.secret_mask, 0.7)
+    model, tokenizer = load_model(str(distilled[0] / "model"))
+    vocabulary = WordTokens.of(tokenizer, load_setup("answers").lists.allowed)
+    index = {w: i for i, w in enumerate(vocabulary.words)}
+    for position, cached in list(zip(prepared.positions["own_validation"], np.array(p_secret)))[:3]:
+        secret = vocabulary.sequences[index[position.secret]]
+        context = naming_context(tokenizer, position) + list(secret[:-1])
+        logits = model(mx.array([context]))[0, -len(secret):].astype(mx.float32) / 0.7
+        direct = float(mx.prod(mx.softmax(logits, axis=-1)[mx.arange(len(secret)), mx.array(secret)]))
+        assert cached == pytest.approx(direct, rel=2e-3, abs=1e-9)
+    layer = prepared.layers.merged(initial_gains())
+    assert np.allclose(np.array(layer), np.array(prepared.layers.distilled), atol=1e-6)
+
+
+def test_the_expected_reward_sums_every_word_and_the_secrets_spelling_and_steps_raise_it():
+    """Two positions by hand, three word tokens and one other: the first's secret is a whole word,
+    the second's takes two tokens. The expected reward is the enumeration's, and Adam on the gains
+    raises it by moving mass toward the secret list's word that wins."""
+    import mlx.optimizers as optim
+
+    from rl.output_rl import Split, expected, initial_gains
+
+    own = np.array([[1.0, 0.5, 0.0], [0.2, 0.1, 0.3], [0.0, 0.0, 0.0]], np.float32)  # rows: p0, p1 first, p1 second
+    spelled = np.array([[0.0, 1.0, 0.0], [0.5, 0.0, 0.0], [0.0, 0.0, 0.0]], np.float32)
+    split = Split(own_logits=own, spelled=spelled, along=np.array([1.0, 1.0, 0.5], np.float32),
+                  rest_lse=np.array([0.3, 0.8, 2.0], np.float32), target=np.array([0.0, 0.4, 1.5], np.float32),
+                  target_word=np.array([1, -1, -1]), owners=np.array([0, 1, 1]), first=np.array([0, 1]),
+                  rewards=np.array([[0.5, 3.0, 0.0], [0.5, 0.7, 0.0]], np.float32),
+                  win=np.array([3.0, 3.0], np.float32), other=np.array([0.25, 0.35], np.float32),
+                  several=np.array([0.0, 1.0], np.float32))
+    secret_words = mx.array([0.0, 1.0, 1.0])
+    temperature = 0.7
+    reward, p_secret = expected(initial_gains(), split, secret_words, temperature)
+
+    def by_hand(row: int) -> tuple[np.ndarray, float]:
+        z = (own[row] + spelled[row]) / temperature
+        lse = np.logaddexp(split.rest_lse[row], np.log(np.exp(z).sum()))
+        return np.exp(z - lse), lse
+
+    p0, _ = by_hand(0)
+    p1, lse1 = by_hand(1)
+    _, lse2 = by_hand(2)
+    secret1 = np.exp(0.4 / temperature - lse1) * np.exp(1.5 / temperature - lse2)
+    want0 = (p0 * split.rewards[0]).sum() + (1 - p0.sum()) * 0.25
+    want1 = (p1 * split.rewards[1]).sum() + secret1 * 3.0 + (1 - p1.sum() - secret1) * 0.35
+    assert np.allclose(np.array(reward), [want0, want1], rtol=1e-5)
+    assert np.allclose(np.array(p_secret), [p0[1], secret1], rtol=1e-5)
+
+    gains, optimizer = initial_gains(), optim.Adam(learning_rate=0.05)
+    step = mx.value_and_grad(lambda g: -expected(g, split, secret_words, temperature)[0].mean())
+    for _ in range(50):
+        _, grads = step(gains)
+        gains = optimizer.apply_gradients(grads, gains)
+    after, _ = expected(gains, split, secret_words, temperature)
+    assert float(after.mean()) > float(reward.mean()) + 0.05
+
+
+def test_output_rl_mistakes_are_one_line_and_exit_2(distilled, tmp_path):
+    folder, games = distilled
+    runner = CliRunner()
+    (tmp_path / "empty").mkdir()
+    result = runner.invoke(cli, ["output-rl", "--distilled", str(tmp_path / "empty"), "--out", str(tmp_path / "o"),
+                                 "--own-games", str(games["untaught"]), "--own-validation", str(games["validation"])])
+    assert result.exit_code == 2 and "not a finished distill" in result.output
+    result = run(distilled, folder / "inside")
+    assert result.exit_code == 2 and "which this command reads" in result.output
+    result = runner.invoke(cli, ["output-rl", "--distilled", str(folder), "--out", str(tmp_path / "o"),
+                                 "--own-games", str(games["untaught"])])
+    assert result.exit_code == 2 and "--own-validation" in result.output
+    result = runner.invoke(cli, ["output-rl", "--distilled", str(folder), "--out", str(tmp_path / "o"),
+                                 "--own-games", str(games["validation"]), "--own-validation", str(games["validation"])])
+    assert result.exit_code == 2 and "not training words" in result.output
+    result = run(distilled, tmp_path / "p", "--lr", "0")
+    assert result.exit_code == 2
+    for out in ("o", "p"):
+        assert not (tmp_path / out / "model").exists()
+    assert "Traceback" not in result.output
