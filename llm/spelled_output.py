@@ -26,6 +26,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from llm.word_steering import WordTokens
+
 PLACES = 5
 LETTERS = 26
 FEATURES = 2 * PLACES * LETTERS + LETTERS  # places in the word (opening tokens), places in the token, letters held
@@ -35,21 +37,34 @@ def token_spelling(tokenizer, vocab_size: int, spelled: str = "all",
                    words: frozenset[str] = frozenset()) -> np.ndarray:
     """(vocabulary, FEATURES) each token's spelling, zero for every token not spelled. `spelled`
     says which are: 'all', a space and up to five lower-case letters or up to five letters alone;
-    'openings', only those with the space (a word's first token); 'words', only a space and one of
-    `words` whole, so the term can lift a listed word and never the opening of a made-up one."""
+    'openings', only those with the space (a word's first token); 'words', only the tokens that
+    write one of `words` whole where the model names a word (llm/word_steering.py `WordTokens`,
+    read in context, so a SentencePiece `▁crane` counts as a byte-level ` crane` does), so the term
+    can lift a listed word and never the opening of a made-up one."""
     features = np.zeros((vocab_size, FEATURES), np.float32)
+    if spelled == "words":
+        listed = WordTokens.of(tokenizer, sorted(words)) if words else None
+        whole = [] if listed is None else [(s[0], w) for s, w in zip(listed.sequences, listed.words) if len(s) == 1]
+        for token, word in whole:
+            if token < vocab_size:
+                _spell(features[token], word, 0)
+        return features
     for token in range(min(vocab_size, len(tokenizer.get_vocab()))):
         text = tokenizer.decode([token])
         opens = text.startswith(" ")
         letters = text[1:] if opens else text
         if not letters or len(letters) > PLACES or not all("a" <= c <= "z" for c in letters) or \
-                (spelled != "all" and not opens) or (spelled == "words" and letters not in words):
+                (spelled != "all" and not opens):
             continue
-        base = 0 if opens else PLACES * LETTERS
-        for place, c in enumerate(letters):
-            features[token, base + place * LETTERS + ord(c) - ord("a")] = 1.0
-            features[token, 2 * PLACES * LETTERS + ord(c) - ord("a")] = 1.0
+        _spell(features[token], letters, 0 if opens else PLACES * LETTERS)
     return features
+
+
+def _spell(row: np.ndarray, letters: str, base: int) -> None:
+    """Mark each letter at its place (from `base`) and among the letters held."""
+    for place, c in enumerate(letters):
+        row[base + place * LETTERS + ord(c) - ord("a")] = 1.0
+        row[2 * PLACES * LETTERS + ord(c) - ord("a")] = 1.0
 
 
 class SpelledOutput(nn.Module):

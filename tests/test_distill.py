@@ -257,3 +257,25 @@ def test_distill_teaches_where_its_own_games_went_and_chooses_by_its_own_validat
     assert not (tmp_path / "other" / "states.npz").exists()
     result = run(tiny_model_dir, headed_adapter, tmp_path / "other", "--own-games", str(tmp_path / "s.json"))
     assert result.exit_code == 2 and "no per-game records" in result.output
+
+
+@pytest.mark.parametrize("kind", ["bpe-named", "sentencepiece"])
+def test_whole_word_rows_are_the_words_one_token_writes_where_the_model_names_them(kind, tmp_path_factory):
+    """`--spelled words` spells the tokens that write an allowed word whole after the naming word,
+    read in context: a SentencePiece `▁raise` (which decodes alone without its space) is a word
+    row as a byte-level ` raise` is, and each row spells its word's letters at their places."""
+    from llm.spelled_output import LETTERS, token_spelling
+    from llm.word_steering import WordTokens
+    from solver.setup import load_setup
+    from tiny_model import cached_tiny_model
+
+    _, tokenizer = load_model(str(cached_tiny_model(tmp_path_factory.getbasetemp() / "models", tokenizer=kind)))
+    allowed = load_setup("answers").lists.allowed
+    features = token_spelling(tokenizer, len(tokenizer.get_vocab()), "words", frozenset(allowed))
+    listed = WordTokens.of(tokenizer, sorted(allowed))
+    whole = {s[0]: w for s, w in zip(listed.sequences, listed.words) if len(s) == 1}
+    assert len(whole) >= 5 and set(np.flatnonzero(features.any(axis=1))) == set(whole)
+    for token, word in whole.items():
+        places = [int(i) // LETTERS for i in np.flatnonzero(features[token, :5 * LETTERS])]
+        letters = [chr(ord("a") + int(i) % LETTERS) for i in np.flatnonzero(features[token, :5 * LETTERS])]
+        assert places == list(range(5)) and "".join(letters) == word
