@@ -60,7 +60,7 @@ def test_the_expected_reward_is_the_distilled_models_own_probabilities_and_rl_ra
     raise the training positions' expected reward; the merged layer is the distilled one at the
     start and is what OUT/model holds."""
     from rl.naming_head import naming_context
-    from rl.output_rl import Source, expected, initial_gains, prepare
+    from rl.output_rl import OutputRLSettings, Source, expected, initial_gains, prepare
     from llm.word_steering import WordTokens
     from solver.setup import load_setup
 
@@ -74,14 +74,14 @@ def test_the_expected_reward_is_the_distilled_models_own_probabilities_and_rl_ra
     assert summary["positions"]["own"] > 0 and summary["positions"]["own_validation"] > 0
     assert (curve[0]["beta"], curve[0]["alpha"], curve[0]["bias"]) == (1.0, 1.0, 0.0)
     assert summary["best"]["own_validation"]["win"] >= curve[0]["own_validation"]["win"]
-    assert 0.0 <= summary["anchor_agreement"] <= 1.0
+    assert curve[0]["anchor_kl"] == pytest.approx(0.0, abs=1e-6) and curve[0]["anchor_same"] == 1.0
     load_model(str(out / "model"))  # a plain mlx-lm model folder
     assert "output-rl" in json.loads((out / "model" / "export.json").read_text())["output_layer"]
     assert json.loads((distilled[0] / "summary.json").read_text())["written"] == str(distilled[0] / "model")
 
     # exactness: the cached arrays' p(secret) at (1, 1, 0) against the distilled model run on the text
     prepared = prepare(Source.of(str(distilled[0])), tmp_path / "again", (str(distilled[1]["untaught"]),),
-                       (str(distilled[1]["validation"]),), 0.7, False)
+                       (str(distilled[1]["validation"]),), OutputRLSettings(), False)
     _, p_secret = expected(initial_gains(), prepared.splits["own_validation"], prepared.secret_mask, 0.7)
     model, tokenizer = load_model(str(distilled[0] / "model"))
     vocabulary = WordTokens.of(tokenizer, load_setup("answers").lists.allowed)
@@ -137,6 +137,33 @@ def test_the_expected_reward_sums_every_word_and_the_secrets_spelling_and_steps_
         gains = optimizer.apply_gradients(grads, gains)
     after, _ = expected(gains, split, secret_words, temperature)
     assert float(after.mean()) > float(reward.mean()) + 0.05
+
+
+def test_the_anchor_kl_is_the_whole_distributions_and_zero_at_the_distilled_layer():
+    """At anchor rows every other token's logit is the same under both layers, so the KL over the
+    whole vocabulary is the KL over the word tokens and one bucket holding the rest."""
+    from rl.output_rl import Anchors, anchor_agreement, anchor_kl, initial_gains
+
+    rng = np.random.default_rng(0)
+    anchors = Anchors(own_logits=rng.normal(size=(4, 3)).astype(np.float32),
+                      spelled=rng.normal(size=(4, 3)).astype(np.float32),
+                      along=np.array([1.0, 0.2, 0.9, 0.0], np.float32),
+                      rest_lse=np.array([1.0, 3.0, 0.5, 2.0], np.float32),
+                      rest_max=np.array([0.5, 2.9, 0.1, 1.9], np.float32))
+    secret_words = mx.array([1.0, 0.0, 1.0])
+    assert float(anchor_kl(initial_gains(), anchors, secret_words, 0.7)) == pytest.approx(0.0, abs=1e-6)
+    assert anchor_agreement(initial_gains(), anchors, secret_words, 0.7) == 1.0
+    gains = {"beta": mx.array(1.5), "alpha": mx.array(0.5), "bias": mx.array(2.0)}
+
+    def buckets(beta, alpha, bias, row):
+        z = (beta * anchors.own_logits[row] + alpha * anchors.spelled[row]
+             + bias * np.array([1.0, 0.0, 1.0]) * anchors.along[row]) / 0.7
+        logits = np.r_[z, anchors.rest_lse[row]]
+        return np.exp(logits - np.logaddexp.reduce(logits))
+
+    want = np.mean([(buckets(1, 1, 0, r) * np.log(buckets(1, 1, 0, r) / buckets(1.5, 0.5, 2.0, r))).sum()
+                    for r in range(4)])
+    assert float(anchor_kl(gains, anchors, secret_words, 0.7)) == pytest.approx(want, rel=1e-4)
 
 
 def test_output_rl_mistakes_are_one_line_and_exit_2(distilled, tmp_path):
