@@ -1,4 +1,6 @@
-"""`output-rl`: RL on three gains of a distilled model's output layer, at its own games' positions."""
+"""`output-rl`: RL on three gains of a distilled model's output layer, at its own games' positions.
+
+The two tests that build a distill run are slow (`.ci/run` runs them after the default suite)."""
 
 from __future__ import annotations
 
@@ -54,6 +56,7 @@ def run(source, out, *extra):
                                     *extra])
 
 
+@pytest.mark.slow  # a naming head, a distill run and two solver evals: about a minute on 2 cores
 def test_the_expected_reward_is_the_distilled_models_own_probabilities_and_rl_raises_it(distilled, tmp_path):
     """At the gains (1, 1, 0) a position's probability of naming the secret is the distilled
     model's own, token by token at the play temperature, through its real forward pass; steps
@@ -166,6 +169,7 @@ def test_the_anchor_kl_is_the_whole_distributions_and_zero_at_the_distilled_laye
     assert float(anchor_kl(gains, anchors, secret_words, 0.7)) == pytest.approx(want, rel=1e-4)
 
 
+@pytest.mark.slow  # a naming head, a distill run and two solver evals: about a minute on 2 cores
 def test_output_rl_mistakes_are_one_line_and_exit_2(distilled, tmp_path):
     folder, games = distilled
     runner = CliRunner()
