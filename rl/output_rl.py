@@ -41,6 +41,7 @@ import json
 import shutil
 import time
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 
 import mlx.core as mx
@@ -102,6 +103,13 @@ class Split:
     win: np.ndarray  # (positions,) the score of the secret
     other: np.ndarray  # (positions,) the mean score of the other words: what an unseen word is worth
     several: np.ndarray  # (positions,) 1 where the secret takes several tokens
+
+    @cached_property
+    def membership(self) -> mx.array:
+        """(positions, rows) 1 where a row belongs to a position: built once, read every step."""
+        owners = np.zeros((len(self.first), len(self.owners)), np.float32)
+        owners[self.owners, np.arange(len(self.owners))] = 1.0
+        return mx.array(owners)
 
 
 @dataclass(frozen=True)
@@ -180,9 +188,7 @@ def expected(gains: dict[str, mx.array], split: Split, secret_words: mx.array, t
     word = mx.array(np.maximum(split.target_word, 0))
     own_target = mx.take_along_axis(z, word[:, None], axis=-1)[:, 0]
     log_p = mx.where(mx.array(split.target_word >= 0), own_target, mx.array(split.target) / temperature) - lse
-    owners = np.zeros((len(split.first), len(split.owners)), np.float32)
-    owners[split.owners, np.arange(len(split.owners))] = 1.0
-    p_secret = mx.exp(mx.array(owners) @ log_p)
+    p_secret = mx.exp(split.membership @ log_p)
     first = mx.array(split.first)
     p_words = mx.exp(z[first] - lse[first][:, None])
     several = mx.array(split.several)
