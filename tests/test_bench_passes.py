@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from llm_fixtures import run_benchmark, tiny_model_dir, write_lora_adapter  # noqa: F401
 
 from bench.passes import main
 
 
+@pytest.mark.slow  # 29 s on 2 cores
 def test_passes_profile_splits_eval_time_and_compares_the_ways_a_pass_runs(tiny_model_dir, tmp_path):  # noqa: F811
     write_lora_adapter(tiny_model_dir, tmp_path / "adapter")
     report = run_benchmark(main, tiny_model_dir, ["--adapter", str(tmp_path / "adapter"), "--games", "4",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 import numpy as np
+import pytest
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from llm import decode_attention, vector_exp
@@ -30,6 +31,7 @@ def _mlx(queries, cache, scale, mask):
     return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
 
 
+@pytest.mark.slow  # 21 s on 2 cores
 def test_it_is_mlx_attention_for_left_padded_rows_and_grouped_heads():
     for heads, kv_heads in ((6, 2), (4, 4), (9, 3)):
         queries, cache, mask = _step([0, 3, 7, 1], 11, heads, kv_heads)

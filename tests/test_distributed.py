@@ -91,6 +91,7 @@ def test_a_single_process_is_a_group_of_one() -> None:
         distributed.check_same_size(2)
 
 
+@pytest.mark.slow  # 23 s on 2 cores
 @needs_launch
 def test_two_ranks_update_like_one_process_on_the_whole_batch(tmp_path, tiny_model_dir) -> None:  # noqa: F811
     result = launch(REPO / "tests" / "distributed_worker.py", tiny_model_dir, tmp_path)

@@ -11,6 +11,7 @@ from cli import cli
 from rl.pipeline import MODELS, STAGES_FILE, PipelineSettings, comparison_table, run_pipeline
 
 
+@pytest.mark.slow  # 71 s on 2 cores: the default suite was 11:24 at ed6e44a, over its 10 minutes
 def test_pipeline_runs_every_stage_and_resumes(tmp_path_factory, tmp_path, monkeypatch):
     tiny = str(cached_tiny_model(tmp_path_factory.mktemp("tiny")))
     settings = PipelineSettings(model=tiny, sft_games=12, sft_iters=2, rl_steps=2, rl_games=2, group_size=2,
@@ -90,6 +91,7 @@ def test_pipeline_bad_values():
     assert result.exit_code == 2 and "the default model's SFT start" in result.stderr
 
 
+@pytest.mark.slow  # 42 s on 2 cores
 def test_pipeline_from_an_sft_start_fits_a_head_trains_it_and_compares_four_models(tmp_path_factory, tmp_path,
                                                                                     monkeypatch):
     """From an SFT adapter folder (what the bundled start is for the default model): the start is
