@@ -186,9 +186,13 @@ class Teacher:
     def secret_tokens(self, position: EndgamePosition) -> tuple[int, ...]:
         return self.vocabulary.sequences[self.index[position.secret]]
 
+    def context(self, position: EndgamePosition) -> list[int]:
+        """What the model has read when it names the position's word: the prompt and the teacher's thought."""
+        return naming_context(self.tokenizer, position)
+
     def states(self, positions: list[EndgamePosition]) -> tuple[Rows, np.ndarray]:
         """The rows of every position, and the final state at each ` Only` (positions, hidden)."""
-        contexts = [naming_context(self.tokenizer, p) + list(self.secret_tokens(p)[:-1]) for p in positions]
+        contexts = [self.context(p) + list(self.secret_tokens(p)[:-1]) for p in positions]
         tokens = [self.secret_tokens(p) for p in positions]
         return self._rows(contexts, tokens)
 
@@ -420,11 +424,16 @@ def own_positions(paths: tuple[str, ...], split: str) -> list[EndgamePosition]:
     refusals shown there included), each once: the states its own play reaches, which the solver's
     games do not (it names its last guess again there, results/distill-own/). `own`: games on
     training secrets only; `own_validation`: on held-out validation secrets only."""
+    return [position for position, _ in own_answers(paths, split)]
+
+
+def own_answers(paths: tuple[str, ...], split: str) -> list[tuple[EndgamePosition, dict]]:
+    """`own_positions`, each with the move record of the model's first answer there (its text)."""
     answers = load_setup("answers")
     allowed_here = (lambda w: not is_held_out(w)) if split == "own" else is_validation
     flag, where = ("--own-games", "training words (eval --split train or untaught)") if split == "own" else (
         "--own-validation", "held-out validation words (eval --split validation)")
-    positions: dict[str, EndgamePosition] = {}
+    found: dict[str, tuple[EndgamePosition, dict]] = {}
     for path in paths:
         result = read_json(path, f"{flag} games file")
         if not isinstance(result.get("per_game"), list) or not result["per_game"]:
@@ -435,9 +444,9 @@ def own_positions(paths: tuple[str, ...], split: str) -> list[EndgamePosition]:
         if outside:
             raise UserError(f"{flag} {path} has games on {len(outside)} secrets that are not {where}, "
                             f"e.g. {outside[0]!r}")
-        for position, _ in model_answers(answers, result, max_candidates=1):
-            positions.setdefault(position.key, position)
-    return list(positions.values())
+        for position, move in model_answers(answers, result, max_candidates=1):
+            found.setdefault(position.key, (position, move))
+    return list(found.values())
 
 
 def trainable_model(model_spec: str, adapter: str, settings: DistillSettings, dtype: str):

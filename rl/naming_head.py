@@ -48,7 +48,7 @@ from llm.tokenizing import tokens_after
 from llm.vector_exp import vector_exp
 from llm.word_steering import WordTokens, word_basis
 from rl.reward import fit_shares
-from sft.cot import truthful_answer
+from sft.cot import LISTED, truthful_answer
 from solver.setup import Setup, load_setup
 
 RECORD_FILE = "naming_head.json"  # the fit's settings, curve and figures, beside the head
@@ -86,6 +86,22 @@ def naming_context(tokenizer, position: EndgamePosition) -> list[int]:
     return (prompt_tokens(tokenizer, position.state, position.rejected)
             + list(tokens_after(tokenizer, "\n", [answer[:cut]])[0])
             + list(naming_tokens(tokenizer)))
+
+
+def said_context(tokenizer, position: EndgamePosition, text: str) -> list[int] | None:
+    """The prompt and the model's own answer `text` up to where it names a word: through ` Only`, or,
+    where it lists candidates, through "possible words:" (it plays the first it lists). None where
+    it does neither. In play the word is read from the state after what the model wrote, which
+    may misread a clue or miscount the candidates; the teacher's thought (`naming_context`) never
+    does, and a readout tuned there did not play as it read (results/output-rl/)."""
+    prompt = prompt_tokens(tokenizer, position.state, position.rejected)
+    naming = f" {NAMING_WORD} "
+    if naming in text:
+        cut = text.rindex(naming)
+        return prompt + list(tokens_after(tokenizer, "\n", [text[:cut]])[0]) + list(naming_tokens(tokenizer))
+    if LISTED in text:
+        return prompt + list(tokens_after(tokenizer, "\n", [text[:text.index(LISTED) + len(LISTED)]])[0])
+    return None
 
 
 def one_candidate_positions(setup: Setup, words: list[str], count: int, seed: int) -> list[EndgamePosition]:

@@ -27,7 +27,9 @@ floor). A secret of several tokens is named with its tokens' probabilities along
 of its spelling; any other token opens a word the frozen rows cannot see, scored as the mean
 other word at the position. No group is without signal, and no step needs the model. The
 positions are where the model answered with one candidate left in its own games on training
-secrets (`--own-games`); its own games on validation secrets choose the step.
+secrets (`--own-games`); its own games on validation secrets choose the step. Each is read after
+the model's own answer text up to where it named its word, as it plays: tuned after the teacher's
+thought instead, the gains raised the expected win there and lost games in play (results/output-rl/).
 
 The gains act at every token, not only where a word is named: every whole-word token is also a
 word the thought may write. So each step also pays the exact KL from the distilled layer to the
@@ -57,7 +59,8 @@ from llm.naming_head import NamingHead, head_beside
 from llm.output_layer import output_weight
 from llm.spelled_output import token_spelling, write_output_layer
 from rl.distill import (ANCHORS_FILE, SETTINGS_FILE, STATES_FILE, DistillSettings, Rows, Teacher, distill_positions,
-                        final_states, gather, own_positions)
+                        final_states, gather, own_answers)
+from rl.naming_head import said_context
 from rl.policy import load_policy
 from rl.reward import RewardScorer
 from sft.export import RECORD
@@ -66,6 +69,7 @@ from solver.setup import load_setup
 
 GAINS = ("beta", "alpha", "bias")  # the own word scores' weight, the spelling term's, the secret list's bias
 RUN_FILE = "output_rl.json"  # which distill run this one tunes: its states are that run's
+OWN_CONTEXTS = "the model's own answer text"  # what the own positions' states were read after (RUN_FILE)
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 
@@ -218,11 +222,25 @@ class Source:
         return cls(folder, DistillSettings(**known), record["model"], record["adapter"])
 
 
+class SaidTeacher(Teacher):
+    """The frozen start read at its own games' positions after the model's own answer text, and at
+    the solver's positions after the teacher's thought."""
+
+    def __init__(self, model, tokenizer, head: NamingHead, said: dict[str, list[int]]) -> None:
+        super().__init__(model, tokenizer, head)
+        self.said = said
+
+    def context(self, position: EndgamePosition) -> list[int]:
+        return self.said.get(position.key) or super().context(position)
+
+
 def gather_own(source: Source, out: Path, own_games: tuple[str, ...], own_validation: tuple[str, ...],
                show_progress: bool) -> tuple[dict[str, list[EndgamePosition]], dict[str, Rows], dict[str, np.ndarray],
                                           Teacher]:
-    """The states of the own games' positions, passed by the frozen start into OUT's copy of the
-    distill folder's states (the distill run is read, never written)."""
+    """The states of the own games' positions after the model's own answer text up to where it named
+    its word (positions where it named none are left out; the solver's games, which hold no text,
+    after the teacher's thought), passed by the frozen start into OUT's copy
+    of the distill folder's states (the distill run is read, never written)."""
     states = out / STATES_FILE
     if not states.exists():
         out.mkdir(parents=True, exist_ok=True)
@@ -231,9 +249,20 @@ def gather_own(source: Source, out: Path, own_games: tuple[str, ...], own_valida
     if head_file is None:
         raise UserError(f"the distill run's adapter {source.adapter} has no naming head beside it any more")
     policy = load_policy(source.model_spec, source.adapter, AdapterSettings(), "float32")
-    teacher = Teacher(policy.model, policy.tokenizer, NamingHead.load(head_file))
-    splits = {**distill_positions(source.settings), "own": own_positions(own_games, "own"),
-              "own_validation": own_positions(own_validation, "own_validation")}
+    said: dict[str, list[int]] = {}
+    own: dict[str, list[EndgamePosition]] = {}
+    for split, paths in (("own", own_games), ("own_validation", own_validation)):
+        own[split] = []
+        for position, move in own_answers(paths, split):
+            if move.get("text") is None:  # the solver's games: what it would write is the teacher's thought
+                own[split].append(position)
+                continue
+            context = said_context(policy.tokenizer, position, move["text"])
+            if context is not None:
+                said[position.key] = context
+                own[split].append(position)
+    teacher = SaidTeacher(policy.model, policy.tokenizer, NamingHead.load(head_file), said)
+    splits = {**distill_positions(source.settings), **own}
     rows, finals = gather(states, teacher, splits, show_progress)
     return splits, rows, finals, teacher
 
@@ -357,10 +386,10 @@ def run_output_rl(distilled: str, out: str, settings: OutputRLSettings, own_game
                         "--own-validation (validation secrets), eval --json files of the distilled model's games")
     source = Source.of(distilled)
     folder = Path(out)
-    record = {"distilled": str(Path(distilled).resolve())}
+    record = {"distilled": str(Path(distilled).resolve()), "own_contexts": OWN_CONTEXTS}
     if (folder / RUN_FILE).exists() and read_json(folder / RUN_FILE, "output-rl settings") != record:
-        raise UserError(f"{folder} is an output-rl run of another --distilled (its {RUN_FILE} says which): choose "
-                        "another --out")
+        raise UserError(f"{folder} is an output-rl run of another --distilled, or its states were read after other "
+                        f"text (its {RUN_FILE} says which): choose another --out")
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_json(folder / RUN_FILE, record)
     began = time.perf_counter()

@@ -37,6 +37,11 @@ def score_choice(state: GameState, guess: str) -> Scored:
     return Scored(guess, bits, expected, could_win)
 
 
+# What a thought writes before it lists the few candidates left ("3 possible words: a, b, c."); the
+# first listed is the word a model that lists names first (rl/naming_head.py `said_context`).
+LISTED = "possible words:"
+
+
 def thought(state: GameState, choice: Scored) -> str:
     """The reasoning text for playing `choice` at `state` (without the tags)."""
     parts = knowledge(state.constraints) if state.turns else ["No feedback yet."]
@@ -45,7 +50,7 @@ def thought(state: GameState, choice: Scored) -> str:
         parts.append(one_left(choice.word))
         return " ".join(parts)
     if count <= LIST_AT_MOST:
-        parts.append(f"{count} possible words: {', '.join(state.candidate_words())}.")
+        parts.append(f"{count} {LISTED} {', '.join(state.candidate_words())}.")
     else:
         parts.append(f"{count} possible words.")
     verdict = "could be the answer" if choice.is_candidate else "not a possible answer"

@@ -12,8 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 from cli import cli
+from eval.endgame import answered_positions
 from llm.adapter_files import save_adapter
 from llm.loading import load_model
+from rl.naming_head import naming_context, said_context
+from sft.cot import truthful_answer
+from solver.setup import load_setup
 from sft.lora import AdapterSettings, attach_adapter, trainable_weights
 from tiny_model import cached_tiny_model
 
@@ -46,7 +50,17 @@ def distilled(tmp_path_factory):
         result = runner.invoke(cli, ["eval", "--policy", "solver", "--split", split, "--games", "6", "--seed", "1",
                                      "--quiet", "--json", str(games[split])])
         assert result.exit_code == 0, result.output
+    # the validation games get a model's text: a thought that misreads the clues before it names its word
+    record = json.loads(games["validation"].read_text())
+    for position, move in answered_positions(load_setup("answers"), record):
+        move["text"] = misread(truthful_answer(position.state, move["guess"]))
+    games["validation"].write_text(json.dumps(record))
     return root / "distill", games
+
+
+def misread(answer: str) -> str:
+    """A teacher's answer with a clue a model got wrong: what the naming state is read after changes."""
+    return answer.replace("<think>", "<think>Pattern: QQQQQ. ", 1)
 
 
 def run(source, out, *extra):
@@ -62,10 +76,9 @@ def test_the_expected_reward_is_the_distilled_models_own_probabilities_and_rl_ra
     model's own, token by token at the play temperature, through its real forward pass; steps
     raise the training positions' expected reward; the merged layer is the distilled one at the
     start and is what OUT/model holds."""
-    from rl.naming_head import naming_context
+    from rl.distill import own_answers
     from rl.output_rl import OutputRLSettings, Source, expected, initial_gains, prepare
     from llm.word_steering import WordTokens
-    from solver.setup import load_setup
 
     out = tmp_path / "run"
     result = run(distilled, out, "--steps", "30", "--eval-every", "5", "--lr", "0.05", "--json",
@@ -82,21 +95,57 @@ def test_the_expected_reward_is_the_distilled_models_own_probabilities_and_rl_ra
     assert "output-rl" in json.loads((out / "model" / "export.json").read_text())["output_layer"]
     assert json.loads((distilled[0] / "summary.json").read_text())["written"] == str(distilled[0] / "model")
 
-    # exactness: the cached arrays' p(secret) at (1, 1, 0) against the distilled model run on the text
+    # exactness: the cached arrays' p(secret) at (1, 1, 0) against the distilled model run on its own text
     prepared = prepare(Source.of(str(distilled[0])), tmp_path / "again", (str(distilled[1]["untaught"]),),
                        (str(distilled[1]["validation"]),), OutputRLSettings(), False)
     _, p_secret = expected(initial_gains(), prepared.splits["own_validation"], prepared.secret_mask, 0.7)
     model, tokenizer = load_model(str(distilled[0] / "model"))
     vocabulary = WordTokens.of(tokenizer, load_setup("answers").lists.allowed)
     index = {w: i for i, w in enumerate(vocabulary.words)}
+    texts = {p.key: move["text"] for p, move in own_answers((str(distilled[1]["validation"]),), "own_validation")}
     for position, cached in list(zip(prepared.positions["own_validation"], np.array(p_secret)))[:3]:
         secret = vocabulary.sequences[index[position.secret]]
-        context = naming_context(tokenizer, position) + list(secret[:-1])
+        context = said_context(tokenizer, position, texts[position.key])
+        assert context != naming_context(tokenizer, position)
+        context += list(secret[:-1])
         logits = model(mx.array([context]))[0, -len(secret):].astype(mx.float32) / 0.7
         direct = float(mx.prod(mx.softmax(logits, axis=-1)[mx.arange(len(secret)), mx.array(secret)]))
         assert cached == pytest.approx(direct, rel=2e-3, abs=1e-9)
     layer = prepared.layers.merged(initial_gains())
     assert np.allclose(np.array(layer), np.array(prepared.layers.distilled), atol=1e-6)
+
+
+@pytest.mark.parametrize("architecture, tokenizer", [("llama", "bpe"), ("phi3", "sentencepiece-legacy")])
+def test_said_contexts_are_the_tokens_the_model_wrote_up_to_its_word(tmp_path_factory, architecture, tokenizer):
+    """A position's state is read after the model's own text, tokenized as it writes it in its answer:
+    through ` Only` when it names one word, through "possible words:" when it lists some (it plays the
+    first), nothing when it names none; the teacher's true thought gives the teacher's context."""
+    from eval.splits import trainable
+    from llm.format import messages, prompt_tokens
+    from llm.naming_head import naming_tokens
+    from rl.naming_head import one_candidate_positions
+    from sft.data import tokenize
+
+    setup = load_setup("answers")
+    tiny = cached_tiny_model(tmp_path_factory.getbasetemp() / "models", architecture=architecture,
+                             tokenizer=tokenizer)
+    _, tok = load_model(str(tiny))
+    position = one_candidate_positions(setup, trainable(setup.lists.answers)[:40], 1, 0)[0]
+    secret = position.secret
+    truthful = truthful_answer(position.state, secret)
+    assert said_context(tok, position, truthful) == naming_context(tok, position)
+    listed = truthful.replace(f"Only {secret} remains.", f"2 possible words: {secret}, crane.")
+    prompt = prompt_tokens(tok, position.state, position.rejected)
+    for text, ending in ((misread(truthful), naming_tokens(tok)), (listed, None)):
+        context = said_context(tok, position, text)
+        chat = tokenize(tok, [[*messages(position.state, position.rejected), {"role": "assistant", "content": text}]])
+        tokens, offset = chat[0]
+        assert offset == len(prompt) and context[:len(prompt)] == prompt and context == tokens[:len(context)]
+        if ending:
+            assert tuple(context[-len(ending):]) == ending
+        else:
+            assert tok.decode(context[len(prompt):]).endswith("possible words:")
+    assert said_context(tok, position, f"<think>I do not know.</think><guess> {secret}</guess>") is None
 
 
 def test_the_expected_reward_sums_every_word_and_the_secrets_spelling_and_steps_raise_it():
