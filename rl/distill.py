@@ -68,7 +68,7 @@ from common.fileio import append_line, atomic_write, atomic_write_json, read_arr
 from common.knobs import knob, knob_like
 from common.options import SEED
 from common.progress import progress_bar
-from eval.endgame import EndgamePosition, model_answers, teacher_positions
+from eval.endgame import EndgamePosition, answered_positions, model_answers, teacher_positions
 from eval.splits import held_out_validation, is_held_out, is_validation, trainable
 from llm.cpu_streams import core_streams
 from llm.generation import copy_cache, prefix_cache, shared_prefix_length
@@ -427,8 +427,9 @@ def own_positions(paths: tuple[str, ...], split: str) -> list[EndgamePosition]:
     return [position for position, _ in own_answers(paths, split)]
 
 
-def own_answers(paths: tuple[str, ...], split: str) -> list[tuple[EndgamePosition, dict]]:
-    """`own_positions`, each with the move record of the model's first answer there (its text)."""
+def own_answers(paths: tuple[str, ...], split: str, every_turn: bool = False) -> list[tuple[EndgamePosition, dict]]:
+    """`own_positions`, each with the move record of the model's first answer there (its text);
+    `every_turn`: at every position it answered, the opening included, not only with one left."""
     answers = load_setup("answers")
     allowed_here = (lambda w: not is_held_out(w)) if split == "own" else is_validation
     flag, where = ("--own-games", "training words (eval --split train or untaught)") if split == "own" else (
@@ -444,7 +445,8 @@ def own_answers(paths: tuple[str, ...], split: str) -> list[tuple[EndgamePositio
         if outside:
             raise UserError(f"{flag} {path} has games on {len(outside)} secrets that are not {where}, "
                             f"e.g. {outside[0]!r}")
-        for position, move in model_answers(answers, result, max_candidates=1):
+        answered = answered_positions(answers, result) if every_turn else model_answers(answers, result, max_candidates=1)
+        for position, move in answered:
             found.setdefault(position.key, (position, move))
     return list(found.values())
 

@@ -48,7 +48,7 @@ from llm.tokenizing import tokens_after
 from llm.vector_exp import vector_exp
 from llm.word_steering import WordTokens, word_basis
 from rl.reward import fit_shares
-from sft.cot import LISTED, truthful_answer
+from sft.cot import GUESS_SENTENCE, truthful_answer
 from solver.setup import Setup, load_setup
 
 RECORD_FILE = "naming_head.json"  # the fit's settings, curve and figures, beside the head
@@ -89,18 +89,19 @@ def naming_context(tokenizer, position: EndgamePosition) -> list[int]:
 
 
 def said_context(tokenizer, position: EndgamePosition, text: str) -> list[int] | None:
-    """The prompt and the model's own answer `text` up to where it names a word: through ` Only`, or,
-    where it lists candidates, through "possible words:" (it plays the first it lists). None where
-    it does neither. In play the word is read from the state after what the model wrote, which
-    may misread a clue or miscount the candidates; the teacher's thought (`naming_context`) never
-    does, and a readout tuned there did not play as it read (results/output-rl/)."""
+    """The prompt and the model's own answer `text` up to where it writes the word it plays: through
+    ` Only` when it names one candidate left, else up to the sentence that gives its guess's bits
+    ("... crane: 5.8 bits"). None where it writes neither. In play the word is chosen from the
+    state after what the model wrote, which may misread a clue or miscount the candidates; the
+    teacher's thought (`naming_context`) never does (results/output-rl/)."""
     prompt = prompt_tokens(tokenizer, position.state, position.rejected)
     naming = f" {NAMING_WORD} "
     if naming in text:
         cut = text.rindex(naming)
         return prompt + list(tokens_after(tokenizer, "\n", [text[:cut]])[0]) + list(naming_tokens(tokenizer))
-    if LISTED in text:
-        return prompt + list(tokens_after(tokenizer, "\n", [text[:text.index(LISTED) + len(LISTED)]])[0])
+    sentences = list(GUESS_SENTENCE.finditer(text))
+    if sentences:
+        return prompt + list(tokens_after(tokenizer, "\n", [text[:sentences[-1].start()]])[0])
     return None
 
 

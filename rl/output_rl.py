@@ -26,10 +26,11 @@ score of each as the guess there (rl/reward.py `score_rows`; played and refused 
 floor). A secret of several tokens is named with its tokens' probabilities along the cached rows
 of its spelling; any other token opens a word the frozen rows cannot see, scored as the mean
 other word at the position. No group is without signal, and no step needs the model. The
-positions are where the model answered with one candidate left in its own games on training
-secrets (`--own-games`); its own games on validation secrets choose the step. Each is read after
-the model's own answer text up to where it named its word, as it plays: tuned after the teacher's
-thought instead, the gains raised the expected win there and lost games in play (results/output-rl/).
+positions are every answer of the model's own games on training secrets (`--own-games`); its own
+games on validation secrets choose the step. Each is read after the model's own answer text up to
+where it writes the word it plays, as it plays. Tuned at the one-candidate answers alone
+(`--turns one-left`), the gains raised the expected win there and lost games in play: the wins
+lost were those with several candidates left, which that objective never read (results/output-rl/).
 
 The gains act at every token, not only where a word is named: every whole-word token is also a
 word the thought may write. So each step also pays the exact KL from the distilled layer to the
@@ -63,6 +64,7 @@ from rl.distill import (ANCHORS_FILE, SETTINGS_FILE, STATES_FILE, DistillSetting
 from rl.naming_head import said_context
 from rl.policy import load_policy
 from rl.reward import RewardScorer
+from sft.cot import truthful_answer
 from sft.export import RECORD
 from sft.lora import AdapterSettings
 from solver.setup import load_setup
@@ -70,6 +72,7 @@ from solver.setup import load_setup
 GAINS = ("beta", "alpha", "bias")  # the own word scores' weight, the spelling term's, the secret list's bias
 RUN_FILE = "output_rl.json"  # which distill run this one tunes: its states are that run's
 OWN_CONTEXTS = "the model's own answer text"  # what the own positions' states were read after (RUN_FILE)
+TURNS = ("every", "one-left")
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 
@@ -81,7 +84,8 @@ class OutputRLSettings:
     lr: float = knob(0.02, "Adam learning rate of the three gains.", range=(0.0, 10.0), open_low=True, flag="--lr")
     temperature: float = knob(0.7, "The play temperature whose probabilities the expected reward is taken at.",
                               range=(0.0, 10.0), open_low=True, flag="--temperature")
-    eval_every: int = knob(10, "Steps between readings at the validation positions (the best is kept).",
+    eval_every: int = knob(10, "Steps between readings at the validation positions (the best expected reward there "
+                               "is kept).",
                            range=(1, 1_000_000), flag="--eval-every")
     kl_coef: float = knob(1.0, "Weight of the exact KL from the distilled layer to the tuned one at the anchor rows "
                                "(every token of teacher answers): the gains act at every token, and without it "
@@ -89,6 +93,9 @@ class OutputRLSettings:
                           range=(0.0, 1e6), flag="--kl-coef")
     anchor_rows: int = knob(4096, "Anchor rows the KL reads (drawn with --seed from the distill run's).",
                             range=(1, 10_000_000), flag="--anchor-rows")
+    turns: str = knob("every", "Which of its own answers the expected reward is taken at: every one (opening included), "
+                               "or one-left only, which lost games at the positions it never read (results/output-rl/).",
+                      choices=TURNS, flag="--turns")
     seed: int = knob_like(SEED)
 
 
@@ -235,11 +242,10 @@ class SaidTeacher(Teacher):
 
 
 def gather_own(source: Source, out: Path, own_games: tuple[str, ...], own_validation: tuple[str, ...],
-               show_progress: bool) -> tuple[dict[str, list[EndgamePosition]], dict[str, Rows], dict[str, np.ndarray],
+               every_turn: bool, show_progress: bool) -> tuple[dict[str, list[EndgamePosition]], dict[str, Rows], dict[str, np.ndarray],
                                           Teacher]:
     """The states of the own games' positions after the model's own answer text up to where it named
-    its word (positions where it named none are left out; the solver's games, which hold no text,
-    after the teacher's thought), passed by the frozen start into OUT's copy
+    its word (positions where it named none are left out), passed by the frozen start into OUT's copy
     of the distill folder's states (the distill run is read, never written)."""
     states = out / STATES_FILE
     if not states.exists():
@@ -253,11 +259,10 @@ def gather_own(source: Source, out: Path, own_games: tuple[str, ...], own_valida
     own: dict[str, list[EndgamePosition]] = {}
     for split, paths in (("own", own_games), ("own_validation", own_validation)):
         own[split] = []
-        for position, move in own_answers(paths, split):
-            if move.get("text") is None:  # the solver's games: what it would write is the teacher's thought
-                own[split].append(position)
-                continue
-            context = said_context(policy.tokenizer, position, move["text"])
+        for position, move in own_answers(paths, split, every_turn):
+            # the solver's games hold no text: what it writes is the true thought for its guess
+            text = move.get("text") or truthful_answer(position.state, move["guess"])
+            context = said_context(policy.tokenizer, position, text)
             if context is not None:
                 said[position.key] = context
                 own[split].append(position)
@@ -352,9 +357,10 @@ class Prepared:
 def prepare(source: Source, folder: Path, own_games: tuple[str, ...], own_validation: tuple[str, ...],
             settings: OutputRLSettings, show_progress: bool) -> Prepared:
     """The own games' states, then every split's arrays through the start's and the distilled layers."""
-    positions, rows, _, teacher = gather_own(source, folder, own_games, own_validation, show_progress)
+    positions, rows, _, teacher = gather_own(source, folder, own_games, own_validation, settings.turns == "every",
+                                             show_progress)
     if not positions["own"] or not positions["own_validation"]:
-        raise UserError("the own games hold no answer given with one candidate left: play more games")
+        raise UserError("the own games hold no answer that names its word at the chosen --turns: play more games")
     model = teacher.model
     distilled_model = load_policy(str(source.folder / "model"), None, AdapterSettings(), "float32").model
     setup = load_setup("answers")
@@ -386,10 +392,10 @@ def run_output_rl(distilled: str, out: str, settings: OutputRLSettings, own_game
                         "--own-validation (validation secrets), eval --json files of the distilled model's games")
     source = Source.of(distilled)
     folder = Path(out)
-    record = {"distilled": str(Path(distilled).resolve()), "own_contexts": OWN_CONTEXTS}
+    record = {"distilled": str(Path(distilled).resolve()), "own_contexts": OWN_CONTEXTS, "turns": settings.turns}
     if (folder / RUN_FILE).exists() and read_json(folder / RUN_FILE, "output-rl settings") != record:
-        raise UserError(f"{folder} is an output-rl run of another --distilled, or its states were read after other "
-                        f"text (its {RUN_FILE} says which): choose another --out")
+        raise UserError(f"{folder} is an output-rl run of another --distilled or --turns, or its states were read "
+                        f"after other text (its {RUN_FILE} says which): choose another --out")
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_json(folder / RUN_FILE, record)
     began = time.perf_counter()
@@ -426,8 +432,8 @@ def run_output_rl(distilled: str, out: str, settings: OutputRLSettings, own_game
         if step % settings.eval_every == 0 or step == settings.steps:
             point = reading(step)
             curve.append(point)
-            if (point["own_validation"]["win"], point["own_validation"]["reward"]) > \
-                    (best["own_validation"]["win"], best["own_validation"]["reward"]):
+            if (point["own_validation"]["reward"], point["own_validation"]["win"]) > \
+                    (best["own_validation"]["reward"], best["own_validation"]["win"]):
                 best = {**point, "gains": dict(gains)}
     chosen = best.pop("gains")
 
@@ -455,8 +461,9 @@ def run_output_rl(distilled: str, out: str, settings: OutputRLSettings, own_game
 def summary_line(summary: dict) -> str:
     start, best = summary["curve"][0], summary["best"]
     return (f"output-rl (step {best['step']} of {summary['settings']['steps']}, {summary['positions']['own']} own "
-            f"training positions): expected win at its own validation games' one-candidate positions "
-            f"{start['own_validation']['win']:.3f} -> {best['own_validation']['win']:.3f}, at the solver's "
+            f"training answers, --turns {summary['settings']['turns']}): at its own validation games' answers the "
+            f"expected reward {start['own_validation']['reward']:.3f} -> {best['own_validation']['reward']:.3f} and "
+            f"the probability of naming the secret {start['own_validation']['win']:.3f} -> {best['own_validation']['win']:.3f}, at the solver's "
             f"validation positions {start['validation']['win']:.3f} -> {best['validation']['win']:.3f}, at its "
             f"training positions {start['own']['win']:.3f} -> {best['own']['win']:.3f}; gains beta "
             f"{best['beta']:.3f}, alpha {best['alpha']:.3f}, bias {best['bias']:.3f}; anchor rows' most likely token "

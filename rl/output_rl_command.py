@@ -20,10 +20,10 @@ from rl.output_rl import OutputRLSettings
                    "model/, the tuned mlx-lm model folder.")
 @click.option("--own-games", multiple=True, type=click.Path(dir_okay=False),
               help="An eval JSON of the distilled model's games on training secrets (eval --split untaught or "
-                   "train; repeatable): its answers with one candidate left are the positions RL trains at.")
+                   "train; repeatable): its answers are the positions RL trains at (--turns: which).")
 @click.option("--own-validation", multiple=True, type=click.Path(dir_okay=False),
-              help="An eval JSON of its games on held-out validation secrets (repeatable): their one-candidate "
-                   "positions choose the step.")
+              help="An eval JSON of its games on held-out validation secrets (repeatable): its answers there "
+                   "choose the step.")
 @knob_options(declared(OutputRLSettings))
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @json_option
@@ -31,8 +31,8 @@ def output_rl_command(distilled, out, own_games, own_validation, quiet, json_pat
     """Tune the distilled model's output layer by RL on three numbers: the weight of its own word
     scores, of the distilled spelling term, and a bias toward the game's secret list, written
     into its whole-word rows (an mlx-lm output layer has no bias). The gradient is the exact
-    expected reward of the first answer at its own one-candidate positions at the play
-    temperature, the reward kernel scoring every word; OUT/model plays as any mlx-lm model does
+    expected reward of the word it plays at each of its own games' answers, read after its own
+    text, at the play temperature, the reward kernel scoring every word; OUT/model plays as any mlx-lm model does
     (eval --model OUT/model, mlx_lm.generate), no naming head needed."""
     from common.fileio import atomic_write_json
     from common.run_lock import run_lock

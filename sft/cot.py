@@ -37,9 +37,9 @@ def score_choice(state: GameState, guess: str) -> Scored:
     return Scored(guess, bits, expected, could_win)
 
 
-# What a thought writes before it lists the few candidates left ("3 possible words: a, b, c."); the
-# first listed is the word a model that lists names first (rl/naming_head.py `said_context`).
-LISTED = "possible words:"
+# The sentence that names the guess where more than one candidate is left ("crane: 5.8 bits, ..."):
+# where a model writes it, it chooses its word (rl/naming_head.py `said_context`).
+GUESS_SENTENCE = re.compile(r" [A-Za-z]+: [0-9.]+ bits")
 
 
 def thought(state: GameState, choice: Scored) -> str:
@@ -50,7 +50,7 @@ def thought(state: GameState, choice: Scored) -> str:
         parts.append(one_left(choice.word))
         return " ".join(parts)
     if count <= LIST_AT_MOST:
-        parts.append(f"{count} {LISTED} {', '.join(state.candidate_words())}.")
+        parts.append(f"{count} possible words: {', '.join(state.candidate_words())}.")
     else:
         parts.append(f"{count} possible words.")
     verdict = "could be the answer" if choice.is_candidate else "not a possible answer"

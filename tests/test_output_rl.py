@@ -102,11 +102,15 @@ def test_the_expected_reward_is_the_distilled_models_own_probabilities_and_rl_ra
     model, tokenizer = load_model(str(distilled[0] / "model"))
     vocabulary = WordTokens.of(tokenizer, load_setup("answers").lists.allowed)
     index = {w: i for i, w in enumerate(vocabulary.words)}
-    texts = {p.key: move["text"] for p, move in own_answers((str(distilled[1]["validation"]),), "own_validation")}
-    for position, cached in list(zip(prepared.positions["own_validation"], np.array(p_secret)))[:3]:
+    moves = {p.key: move for p, move in own_answers((str(distilled[1]["validation"]),), "own_validation",
+                                                    every_turn=True)}
+    read = prepared.positions["own_validation"]
+    assert len(read) == len(moves) and {len(p.state.candidates) > 1 for p in read} == {True, False}  # every answer
+    for position, cached in list(zip(read, np.array(p_secret)))[:3] + list(zip(read, np.array(p_secret)))[-2:]:
         secret = vocabulary.sequences[index[position.secret]]
-        context = said_context(tokenizer, position, texts[position.key])
-        assert context != naming_context(tokenizer, position)
+        move = moves[position.key]
+        context = said_context(tokenizer, position, move["text"])
+        assert context != said_context(tokenizer, position, truthful_answer(position.state, move["guess"]))
         context += list(secret[:-1])
         logits = model(mx.array([context]))[0, -len(secret):].astype(mx.float32) / 0.7
         direct = float(mx.prod(mx.softmax(logits, axis=-1)[mx.arange(len(secret)), mx.array(secret)]))
@@ -118,8 +122,8 @@ def test_the_expected_reward_is_the_distilled_models_own_probabilities_and_rl_ra
 @pytest.mark.parametrize("architecture, tokenizer", [("llama", "bpe"), ("phi3", "sentencepiece-legacy")])
 def test_said_contexts_are_the_tokens_the_model_wrote_up_to_its_word(tmp_path_factory, architecture, tokenizer):
     """A position's state is read after the model's own text, tokenized as it writes it in its answer:
-    through ` Only` when it names one word, through "possible words:" when it lists some (it plays the
-    first), nothing when it names none; the teacher's true thought gives the teacher's context."""
+    through ` Only` when it names one word, else up to the sentence that gives its guess's bits, nothing
+    when it writes neither; the teacher's true thought gives the teacher's context."""
     from eval.splits import trainable
     from llm.format import messages, prompt_tokens
     from llm.naming_head import naming_tokens
@@ -134,7 +138,8 @@ def test_said_contexts_are_the_tokens_the_model_wrote_up_to_its_word(tmp_path_fa
     secret = position.secret
     truthful = truthful_answer(position.state, secret)
     assert said_context(tok, position, truthful) == naming_context(tok, position)
-    listed = truthful.replace(f"Only {secret} remains.", f"2 possible words: {secret}, crane.")
+    listed = truthful.replace(f"Only {secret} remains.", f"2 possible words: {secret}, crane. {secret}: 1.0 bits, "
+                                                         "~1.0 words left; could be the answer.")
     prompt = prompt_tokens(tok, position.state, position.rejected)
     for text, ending in ((misread(truthful), naming_tokens(tok)), (listed, None)):
         context = said_context(tok, position, text)
@@ -143,8 +148,8 @@ def test_said_contexts_are_the_tokens_the_model_wrote_up_to_its_word(tmp_path_fa
         assert offset == len(prompt) and context[:len(prompt)] == prompt and context == tokens[:len(context)]
         if ending:
             assert tuple(context[-len(ending):]) == ending
-        else:
-            assert tok.decode(context[len(prompt):]).endswith("possible words:")
+        else:  # up to the sentence that gives the guess's bits, after the list
+            assert tok.decode(context[len(prompt):]).endswith(f"{secret}, crane.")
     assert said_context(tok, position, f"<think>I do not know.</think><guess> {secret}</guess>") is None
 
 
