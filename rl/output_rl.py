@@ -28,9 +28,13 @@ of its spelling; any other token opens a word the frozen rows cannot see, scored
 other word at the position. No group is without signal, and no step needs the model. The
 positions are every answer of the model's own games on training secrets (`--own-games`); its own
 games on validation secrets choose the step. Each is read after the model's own answer text up to
-where it writes the word it plays, as it plays. Tuned at the one-candidate answers alone
-(`--turns one-left`), the gains raised the expected win there and lost games in play: the wins
-lost were those with several candidates left, which that objective never read (results/output-rl/).
+where it writes the word it plays, as it plays (`--turns one-left`: the one-candidate answers only).
+
+What this exact objective cannot see is the text: the gains act at every whole-word token, so they
+also change the words the thought lists before the word played, and the reward is taken over the
+text as the untuned model wrote it. Measured, that is where the tuned layers lost their games
+(results/output-rl/): the objective approved the gains at every answer, and in play the candidate
+lists filled with answer-list words that do not fit the clues.
 
 The gains act at every token, not only where a word is named: every whole-word token is also a
 word the thought may write. So each step also pays the exact KL from the distilled layer to the
@@ -94,7 +98,7 @@ class OutputRLSettings:
     anchor_rows: int = knob(4096, "Anchor rows the KL reads (drawn with --seed from the distill run's).",
                             range=(1, 10_000_000), flag="--anchor-rows")
     turns: str = knob("every", "Which of its own answers the expected reward is taken at: every one (opening included), "
-                               "or one-left only, which lost games at the positions it never read (results/output-rl/).",
+                               "or those with one candidate left only.",
                       choices=TURNS, flag="--turns")
     seed: int = knob_like(SEED)
 

@@ -22,3 +22,26 @@ python cli.py eval --model runs/orl-k1/model --split test --games 128 --seed $S 
 python cli.py eval --compare results/distill-word/start-test-128-seed$S.json runs/log/orl-test-128-seed$S.json --json runs/log/paired-orl-test-128-seed$S.json
 python cli.py eval --compare results/distill-words/words-test-128-seed$S.json runs/log/orl-test-128-seed$S.json --json runs/log/paired-orl-vs-words-test-128-seed$S.json
 done
+# --- session 70 (5c3bab1) ---
+# 4. one-left positions read after the model's own text. Run at e893838, before --turns existed, whose said_context
+#    read the 100 answers that list candidates right after "possible words:"; today's reads them one sentence later,
+#    before the guess's bits, so this command today differs from said-one-left-* at those positions
+python cli.py output-rl --distilled runs/d9 --out runs/orl-said --turns one-left --own-games results/distill-own/d3-untaught-160.json \
+    --own-validation results/distill-words/words-validation.json --json runs/log/orl-said-summary.json   # said-one-left-*
+# 5. every answer of its own games (--turns every, the default), then session 69's gains read at those positions
+python cli.py output-rl --distilled runs/d9 --out runs/orl-every --own-games results/distill-own/d3-untaught-160.json \
+    --own-validation results/distill-words/words-validation.json --json runs/log/orl-every-summary.json   # every-*, 38 min pass
+python -m studies.output_rl_gains --run runs/orl-every --gains 0.6807 1.19803 9.51135 --gains 0.68114 1.19642 9.49141 \
+    --json runs/log/every-reads-one-left-gains.json
+# 6. validation games (the same 90 secrets and seed as d9's ../distill-words/words-validation.json), then, only if it won
+#    more than d9's 24 there, held-out test seeds 4 and 5 paired with the start and d9
+python cli.py eval --model runs/orl-every/model --split validation --games 90 --seed 11 --json runs/log/orl-every-validation.json --quiet
+python cli.py eval --compare results/distill-words/words-validation.json runs/log/orl-every-validation.json --json runs/log/paired-orl-every-validation.json
+for S in 4 5; do
+python cli.py eval --model runs/orl-every/model --split test --games 128 --seed $S --json runs/log/orl-every-test-128-seed$S.json --quiet
+python cli.py eval --compare results/distill-word/start-test-128-seed$S.json runs/log/orl-every-test-128-seed$S.json --json runs/log/paired-orl-every-test-128-seed$S.json
+python cli.py eval --compare results/distill-words/words-test-128-seed$S.json runs/log/orl-every-test-128-seed$S.json --json runs/log/paired-orl-every-vs-words-test-128-seed$S.json
+done
+# 7. what each model lists in its thought with several candidates left (d9 and session 69's gains, test games)
+python -m studies.listed_words --games results/distill-words/words-test-128-seed4.json --games results/output-rl/orl-test-128-seed4.json \
+    --games results/distill-words/words-test-128-seed5.json --games results/output-rl/orl-test-128-seed5.json --json results/output-rl/listed-words-test.json
