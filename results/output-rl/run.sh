@@ -45,3 +45,12 @@ done
 # 7. what each model lists in its thought with several candidates left (d9 and session 69's gains, test games)
 python -m studies.listed_words --games results/distill-words/words-test-128-seed4.json --games results/output-rl/orl-test-128-seed4.json \
     --games results/distill-words/words-test-128-seed5.json --games results/output-rl/orl-test-128-seed5.json --json results/output-rl/listed-words-test.json
+# 8. the bias along a direction ~1 at the naming states and ~0 at the anchor rows (a study; the states of step 5 reused),
+#    then the same validation games
+python -m studies.localised_bias --distilled runs/d9 --out runs/orl-local --states runs/orl-every/states.npz \
+    --own-games results/distill-own/d3-untaught-160.json --own-validation results/distill-words/words-validation.json \
+    --json runs/log/orl-local-summary.json   # local-*
+python cli.py eval --model runs/orl-local/model --split validation --games 90 --seed 11 --json runs/log/orl-local-validation.json --quiet
+python cli.py eval --compare results/distill-words/words-validation.json runs/log/orl-local-validation.json --json runs/log/paired-orl-local-validation.json
+python -m studies.listed_words --games results/distill-words/words-validation.json --games results/output-rl/local-validation.json \
+    --json results/output-rl/listed-words-local-validation.json
