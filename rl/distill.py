@@ -445,7 +445,8 @@ def own_answers(paths: tuple[str, ...], split: str, every_turn: bool = False) ->
         if outside:
             raise UserError(f"{flag} {path} has games on {len(outside)} secrets that are not {where}, "
                             f"e.g. {outside[0]!r}")
-        answered = answered_positions(answers, result) if every_turn else model_answers(answers, result, max_candidates=1)
+        answered = (answered_positions(answers, result) if every_turn
+                    else model_answers(answers, result, max_candidates=1))
         for position, move in answered:
             found.setdefault(position.key, (position, move))
     return list(found.values())

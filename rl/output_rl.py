@@ -246,8 +246,8 @@ class SaidTeacher(Teacher):
 
 
 def gather_own(source: Source, out: Path, own_games: tuple[str, ...], own_validation: tuple[str, ...],
-               every_turn: bool, show_progress: bool) -> tuple[dict[str, list[EndgamePosition]], dict[str, Rows], dict[str, np.ndarray],
-                                          Teacher]:
+               every_turn: bool, show_progress: bool
+               ) -> tuple[dict[str, list[EndgamePosition]], dict[str, Rows], dict[str, np.ndarray], Teacher]:
     """The states of the own games' positions after the model's own answer text up to where it named
     its word (positions where it named none are left out), passed by the frozen start into OUT's copy
     of the distill folder's states (the distill run is read, never written)."""
@@ -467,7 +467,8 @@ def summary_line(summary: dict) -> str:
     return (f"output-rl (step {best['step']} of {summary['settings']['steps']}, {summary['positions']['own']} own "
             f"training answers, --turns {summary['settings']['turns']}): at its own validation games' answers the "
             f"expected reward {start['own_validation']['reward']:.3f} -> {best['own_validation']['reward']:.3f} and "
-            f"the probability of naming the secret {start['own_validation']['win']:.3f} -> {best['own_validation']['win']:.3f}, at the solver's "
+            f"the probability of naming the secret {start['own_validation']['win']:.3f} -> "
+            f"{best['own_validation']['win']:.3f}, at the solver's "
             f"validation positions {start['validation']['win']:.3f} -> {best['validation']['win']:.3f}, at its "
             f"training positions {start['own']['win']:.3f} -> {best['own']['win']:.3f}; gains beta "
             f"{best['beta']:.3f}, alpha {best['alpha']:.3f}, bias {best['bias']:.3f}; anchor rows' most likely token "
