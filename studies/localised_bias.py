@@ -19,17 +19,14 @@ import click
 
 from common.errors import run_script
 from llm.blas import ensure_fast_blas
+from studies.output_rl_inputs import output_rl_inputs
 
 RIDGE = 1.0  # relative to the mean squared norm of a state: keeps u small where the two sets agree
 ANCHOR_ROWS = 4096
 
 
 @click.command()
-@click.option("--distilled", required=True, type=click.Path(exists=True, file_okay=False))
-@click.option("--out", required=True, type=click.Path(file_okay=False))
-@click.option("--states", type=click.Path(exists=True, dir_okay=False), help="A states.npz to start from.")
-@click.option("--own-games", multiple=True, required=True)
-@click.option("--own-validation", multiple=True, required=True)
+@output_rl_inputs
 @click.option("--json", "json_out", required=True, type=click.Path(dir_okay=False))
 def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...], own_validation: tuple[str, ...],
          json_out: str) -> None:

@@ -1,0 +1,250 @@
+"""output-rl's three gains trained by a sampled policy gradient: the tuned layer writes its own answers.
+
+Session 70 found that every gain setting the exact expected reward over frozen text chose lost in
+play: the gains act at every whole-word token, so they rewrite the candidate lists the thought
+writes before the word played, which a reward over the untuned model's text cannot see
+(results/output-rl/). Here each step plays whole games on training secrets with the merged layer
+of the current gains (sampled at the play temperature, no head), scores every answer with the one
+reward kernel (thought truth included, so a list that stops fitting the clues costs), and takes
+REINFORCE's gradient of the three gains over every token each answer wrote: the log-probability
+of a token under the gains is exact from the frozen trunk's state (rl/output_rl.py `row_arrays`),
+so the gradient sees the whole text, lists included. The baseline is the step's mean reward at the
+same turn (no groups: each position is answered once, as in play), advantages scaled by their
+spread; the anchor KL of output-rl keeps the leash. Resumable: state.json after every step.
+
+    python -m studies.sampled_gains --distilled runs/d9 --out runs/orl-sampled \
+        --states runs/orl-every/states.npz --own-games G.json --own-validation V.json --steps 12
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from common.errors import run_script
+from llm.blas import ensure_fast_blas
+from studies.output_rl_inputs import output_rl_inputs
+
+@dataclass
+class Answered:
+    """One answer as the model wrote it: its prompt, its sampled tokens, the position and the game."""
+    game: int
+    prompt: list[int]
+    tokens: tuple[int, ...]
+    text: str
+    state: object
+    rejected: tuple
+
+
+def recording_player(base):
+    """A ModelPlayer that keeps every answer's prompt and sampled tokens (eval keeps only the text)."""
+    from llm.format import Move, parse_answer, prompt_tokens
+
+    class RecordingPlayer(base):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.answered: list[Answered] = []
+            self._pending: dict[int, Answered] = {}
+
+        def submit(self, game, state, rejected) -> None:
+            super().submit(game, state, rejected)
+            group = max(self._asked)
+            self._pending[group] = Answered(game, prompt_tokens(self.tokenizer, state, rejected), (), "", state,
+                                            rejected)
+
+        def finished(self):
+            moves = []
+            while self._asked:
+                for group, (completion,) in self._stream.finished():
+                    game, state = self._asked.pop(group)
+                    record = self._pending.pop(group)
+                    record.tokens, record.text = tuple(completion.tokens), completion.text
+                    self.answered.append(record)
+                    parsed = parse_answer(completion.text, state.lists, state.guesses)
+                    moves.append((game, Move(parsed.guess, completion.text, parsed.failure)))
+            return moves
+
+    return RecordingPlayer
+
+
+def trunk_states(model, answered: list[Answered]):
+    """(tokens, hidden) the final normed state before each answer token, and the tokens, in order.
+
+    The opening every prompt shares (system message, rules) is run once; each answer's rest runs
+    from a copy of its cache, one answer a core at a time (as eval's prefill: llm/generation.py)."""
+    import mlx.core as mx
+    import numpy as np
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from llm.cpu_streams import core_streams
+    from llm.generation import _common_length, first_positions
+
+    sequences = [a.prompt + list(a.tokens) for a in answered]
+    shared = min(_common_length(sequences[0], s, len(a.prompt) - 1) for s, a in zip(sequences, answered))
+    opening = make_prompt_cache(model)
+    model.model(mx.array(sequences[0][:shared])[None], cache=opening)
+    mx.eval([c.state for c in opening])
+    states: list = [None] * len(answered)
+    with core_streams() as streams:
+        for first in range(0, len(answered), len(streams)):
+            wave = []
+            for stream, i in zip(streams, range(first, min(first + len(streams), len(answered)))):
+                with mx.stream(stream):
+                    cache = [first_positions(layer, shared) for layer in opening]
+                    hidden = model.model(mx.array(sequences[i][shared:])[None], cache=cache)[0]
+                    begin = len(answered[i].prompt) - 1 - shared
+                    wave.append((i, hidden[begin:begin + len(answered[i].tokens)].astype(mx.float32)))
+            mx.eval([h for _, h in wave])
+            for i, h in wave:
+                states[i] = np.array(h)
+    return np.concatenate(states), np.concatenate([np.array(a.tokens, np.int64) for a in answered])
+
+
+@click.command()
+@output_rl_inputs
+@click.option("--steps", default=12, show_default=True, type=click.IntRange(1))
+@click.option("--games", default=32, show_default=True, type=click.IntRange(2), help="Training games a step.")
+@click.option("--split", default="untaught", show_default=True, help="Which secrets the games draw.")
+@click.option("--lr", default=0.1, show_default=True, type=click.FloatRange(0, min_open=True))
+@click.option("--kl-coef", default=1.0, show_default=True, type=click.FloatRange(0))
+@click.option("--seed", default=0, show_default=True, type=int)
+def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...], own_validation: tuple[str, ...],
+         steps: int, games: int, split: str, lr: float, kl_coef: float, seed: int) -> None:
+    ensure_fast_blas()
+    import mlx.core as mx
+    import mlx.optimizers as optim
+    import numpy as np
+
+    import rl.output_rl as output_rl
+    from common.errors import UserError
+    from common.fileio import append_line, atomic_replace_dir, atomic_write_json, read_json
+    from eval.harness import play_games
+    from eval.splits import SPLITS, sample_secrets
+    from llm.generation import SamplingSettings
+    from llm.loading import load_model
+    from llm.player import ModelPlayer
+    from llm.spelled_output import write_output_layer
+    from rl.reward import RewardScorer
+    from solver.setup import load_setup
+
+    folder = Path(out)
+    if split not in SPLITS:
+        raise UserError(f"--split {split}: one of {', '.join(SPLITS)}")
+    if states and not (folder / output_rl.STATES_FILE).exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(states, folder / output_rl.STATES_FILE)
+    settings = output_rl.OutputRLSettings(seed=seed)
+    source = output_rl.Source.of(distilled)
+    prepared = output_rl.prepare(source, folder, own_games, own_validation, settings, show_progress=False)
+    layers, secret_mask, temperature = prepared.layers, prepared.secret_mask, settings.temperature
+    model, tokenizer = load_model(str(source.folder / "model"), None, "float32")
+    setup = load_setup("answers")
+    scorer = RewardScorer(setup)
+    pool = SPLITS[split](setup.lists.answers)
+
+    state_file, metrics = folder / "sampled_state.json", folder / "sampled_metrics.jsonl"
+    gains = output_rl.initial_gains()
+    optimizer = optim.Adam(learning_rate=lr, bias_correction=True)
+    done = 0
+    if state_file.exists():
+        saved = read_json(state_file, "the sampled run's state")
+        gains = {k: mx.array(v) for k, v in saved["gains"].items()}
+        optimizer.init(gains)
+        optimizer.state = {"step": mx.array(saved["adam_step"], mx.uint64),
+                           "learning_rate": mx.array(lr),
+                           **{k: {"m": mx.array(m), "v": mx.array(v)} for k, (m, v) in saved["adam"].items()}}
+        done = saved["step"]
+    frozen = output_rl.readings(gains, prepared.splits, secret_mask, temperature)
+    if done == 0:
+        metrics.unlink(missing_ok=True)
+        append_line(metrics, json.dumps({"step": 0, **{k: float(v) for k, v in gains.items()}, "frozen": frozen}))
+
+    def policy_loss(params, rows, advantage_rows, answers):
+        """REINFORCE's loss: minus the advantage-weighted log-probability of every token written."""
+        z = output_rl.word_logits(params, rows["own"], rows["spelled"], rows["along"], secret_mask, temperature)
+        lse = mx.logaddexp(mx.array(rows["rest_lse"]), mx.logsumexp(z, axis=-1))
+        word = mx.array(np.maximum(rows["word"], 0))
+        chosen = mx.take_along_axis(z, word[:, None], axis=-1)[:, 0]
+        log_p = mx.where(mx.array(rows["word"] >= 0), chosen, mx.array(rows["target"]) / temperature) - lse
+        return -(mx.array(advantage_rows) * log_p).sum() / answers
+
+    def objective(params, rows, advantage_rows, answers):
+        return (policy_loss(params, rows, advantage_rows, answers)
+                + kl_coef * output_rl.anchor_kl(params, prepared.anchors, secret_mask, temperature))
+
+    grad_fn = mx.value_and_grad(objective)
+    index = {int(t): i for i, t in enumerate(layers.words)}
+    for step in range(done + 1, steps + 1):
+        began = time.perf_counter()
+        model.lm_head.weight = layers.merged(gains).astype(model.lm_head.weight.dtype)
+        secrets = sample_secrets(pool, games, seed * 100_003 + step)
+        player = recording_player(ModelPlayer)(model, tokenizer, "sampled gains", SamplingSettings(temperature),
+                                               seed * 100_003 + step, 32)
+        records = play_games(player, setup, secrets, measure_moves=False, show_progress=False)
+        played = time.perf_counter()
+        answered = player.answered
+        rewards = np.array([float(scorer.score([a.text], a.state, secrets[a.game]).total[0]) for a in answered])
+        turns = np.array([len(a.state.turns) for a in answered])
+        baseline = np.array([rewards[turns == t].mean() for t in turns])
+        advantage = (rewards - baseline) / max(float(rewards.std()), 1e-6)
+        hidden, tokens = trunk_states(model, answered)
+        forwarded = time.perf_counter()
+        own, spelled, along, rest_lse, _, target = output_rl.row_arrays(hidden, tokens, layers, temperature)
+        rows = {"own": own, "spelled": spelled, "along": along, "rest_lse": rest_lse, "target": target,
+                "word": np.array([index.get(int(t), -1) for t in tokens], np.int64)}
+        advantage_rows = np.repeat(advantage, [len(a.tokens) for a in answered]).astype(np.float32)
+        loss, grads = grad_fn(gains, rows, advantage_rows, len(answered))
+        # each game's share of the policy gradient (the KL left out): how far the step is from noise
+        game_rows = np.repeat([a.game for a in answered], [len(a.tokens) for a in answered])
+        shares = np.array([[float(grad[k]) for k in output_rl.GAINS] for grad in (
+            mx.grad(policy_loss)(gains, rows, advantage_rows * (game_rows == g), len(answered))
+            for g in range(len(records)))])
+        gains = optimizer.apply_gradients(grads, gains)
+        mx.eval(gains, optimizer.state)
+        if not all(np.isfinite(float(v)) for v in gains.values()):
+            raise UserError(f"step {step}: a gain is not finite (lower --lr)")
+        frozen = output_rl.readings(gains, prepared.splits, secret_mask, temperature)
+        point = {"step": step, **{k: round(float(v), 5) for k, v in gains.items()},
+                 "grad": {k: round(float(v), 6) for k, v in grads.items()},
+                 "policy_grad": dict(zip(output_rl.GAINS, np.round(shares.sum(axis=0), 6).tolist())),
+                 "policy_grad_se": dict(zip(output_rl.GAINS, np.round(np.sqrt(len(shares)) * shares.std(axis=0, ddof=1),
+                                                                      6).tolist())),
+                 "wins": sum(r.state.won for r in records), "games": len(records), "answers": len(answered),
+                 "mean_reward": round(float(rewards.mean()), 4),
+                 "reward_std": round(float(rewards.std()), 4), "rows": len(tokens),
+                 "text_not_tokens": sum(tokenizer.decode(list(a.tokens)) != a.text for a in answered),
+                 "loss": round(float(loss), 5),
+                 "anchor_kl": round(float(output_rl.anchor_kl(gains, prepared.anchors, secret_mask, temperature)), 6),
+                 "frozen": frozen, "play_seconds": round(played - began, 1),
+                 "forward_seconds": round(forwarded - played, 1),
+                 "step_seconds": round(time.perf_counter() - began, 1)}
+        append_line(metrics, json.dumps(point))
+        atomic_write_json(folder / "games" / f"step-{step:03d}.json",
+                          {"step": step, "secrets": secrets, "gains": {k: point[k] for k in output_rl.GAINS},
+                           "per_game": [r.to_json() for r in records],
+                           "answers": [{"game": a.game, "turn": len(a.state.turns) + 1, "reward": float(r),
+                                        "advantage": float(v)} for a, r, v in zip(answered, rewards, advantage)]})
+        adam = {k: (float(optimizer.state[k]["m"]), float(optimizer.state[k]["v"])) for k in gains}
+        atomic_write_json(state_file, {"step": step, "gains": {k: float(v) for k, v in gains.items()},
+                                       "adam_step": int(optimizer.state["step"]), "adam": adam})
+        click.echo(f"step {step}: wins {point['wins']}/{games}, reward {point['mean_reward']}, beta {point['beta']}, "
+                   f"alpha {point['alpha']}, bias {point['bias']} ({point['step_seconds']} s)", err=True)
+
+    final = {k: mx.array(float(v)) for k, v in gains.items()}
+
+    def build(tmp: Path) -> None:
+        shutil.copytree(source.folder / "model", tmp, dirs_exist_ok=True)
+        write_output_layer(tmp, layers.merged(final))
+
+    atomic_replace_dir(folder / "model", build)
+    click.echo(f"wrote {folder / 'model'}: beta {float(final['beta']):.4f}, alpha {float(final['alpha']):.4f}, "
+               f"bias {float(final['bias']):.4f}")
+
+
+if __name__ == "__main__":
+    run_script(main)
