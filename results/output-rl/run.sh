@@ -54,3 +54,14 @@ python cli.py eval --model runs/orl-local/model --split validation --games 90 --
 python cli.py eval --compare results/distill-words/words-validation.json runs/log/orl-local-validation.json --json runs/log/paired-orl-local-validation.json
 python -m studies.listed_words --games results/distill-words/words-validation.json --games results/output-rl/local-validation.json \
     --json results/output-rl/listed-words-local-validation.json
+# 9. (session 71) the three gains by a sampled policy gradient: whole training games played with the tuned layer,
+#    REINFORCE over every token written (a study; the states of step 5 reused), stopped after 8 steps of 32 games,
+#    then the frozen objective's exact slopes at d9 beside the sampled ones, then the same validation games
+python -m studies.sampled_gains --distilled runs/d9 --out runs/orl-sampled --states runs/orl-every/states.npz \
+    --own-games results/distill-own/d3-untaught-160.json --own-validation results/distill-words/words-validation.json \
+    --steps 8 --games 32   # sampled-metrics.jsonl, sampled-games/
+python -m studies.output_rl_gains --run runs/orl-every --gains 0.9004 1.35917 4.43675 --json results/output-rl/every-slopes.json
+python -m studies.sampled_gradient --metrics runs/orl-sampled/sampled_metrics.jsonl --slopes results/output-rl/every-slopes.json \
+    --json results/output-rl/sampled-gradient.json
+python cli.py eval --model runs/orl-sampled/model --split validation --games 90 --seed 11 --json runs/log/orl-sampled-validation.json --quiet
+python cli.py eval --compare results/distill-words/words-validation.json runs/log/orl-sampled-validation.json --json runs/log/paired-orl-sampled-validation.json
