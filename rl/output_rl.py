@@ -195,14 +195,23 @@ def initial_gains() -> dict[str, mx.array]:
     return {"beta": mx.array(1.0), "alpha": mx.array(1.0), "bias": mx.array(0.0)}
 
 
+def row_log_probs(gains: dict[str, mx.array], own: np.ndarray, spelled: np.ndarray, along: np.ndarray,
+                  rest_lse: np.ndarray, target: np.ndarray, target_word: np.ndarray, secret_words: mx.array,
+                  temperature: float) -> tuple[mx.array, mx.array, mx.array]:
+    """Each row's whole-word logits over the temperature, its normaliser, and the log-probability
+    of its token (a whole word's by the gains, any other's from the cached W h)."""
+    z = word_logits(gains, own, spelled, along, secret_words, temperature)
+    lse = mx.logaddexp(mx.array(rest_lse), mx.logsumexp(z, axis=-1))
+    word = mx.array(np.maximum(target_word, 0))
+    own_target = mx.take_along_axis(z, word[:, None], axis=-1)[:, 0]
+    return z, lse, mx.where(mx.array(target_word >= 0), own_target, mx.array(target) / temperature) - lse
+
+
 def expected(gains: dict[str, mx.array], split: Split, secret_words: mx.array, temperature: float
              ) -> tuple[mx.array, mx.array]:
     """(positions,) each position's expected reward and its probability of naming the secret."""
-    z = word_logits(gains, split.own_logits, split.spelled, split.along, secret_words, temperature)
-    lse = mx.logaddexp(mx.array(split.rest_lse), mx.logsumexp(z, axis=-1))
-    word = mx.array(np.maximum(split.target_word, 0))
-    own_target = mx.take_along_axis(z, word[:, None], axis=-1)[:, 0]
-    log_p = mx.where(mx.array(split.target_word >= 0), own_target, mx.array(split.target) / temperature) - lse
+    z, lse, log_p = row_log_probs(gains, split.own_logits, split.spelled, split.along, split.rest_lse, split.target,
+                                  split.target_word, secret_words, temperature)
     p_secret = mx.exp(split.membership @ log_p)
     first = mx.array(split.first)
     p_words = mx.exp(z[first] - lse[first][:, None])

@@ -42,6 +42,7 @@ def main(run_dir: str, read_gains: tuple[tuple[float, float, float], ...], json_
         for name in ("own", "own_validation"):
             split = prepared.splits[name]
             per_position = []
+
             def reward(*values):
                 return expected(dict(zip(GAINS, values)), split, prepared.secret_mask, settings.temperature)[0]
 

@@ -10,7 +10,7 @@ REINFORCE's gradient of the three gains over every token each answer wrote: the 
 of a token under the gains is exact from the frozen trunk's state (rl/output_rl.py `row_arrays`),
 so the gradient sees the whole text, lists included. The baseline is the step's mean reward at the
 same turn (no groups: each position is answered once, as in play), advantages scaled by their
-spread; the anchor KL of output-rl keeps the leash. Resumable: state.json after every step.
+spread; the anchor KL of output-rl keeps the leash. Resumable: sampled_state.json after every step.
 
     python -m studies.sampled_gains --distilled runs/d9 --out runs/orl-sampled \
         --states runs/orl-every/states.npz --own-games G.json --own-validation V.json --steps 12
@@ -29,6 +29,7 @@ import click
 from common.errors import run_script
 from llm.blas import ensure_fast_blas
 from studies.output_rl_inputs import output_rl_inputs
+
 
 @dataclass
 class Answered:
@@ -166,11 +167,8 @@ def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...
 
     def policy_loss(params, rows, advantage_rows, answers):
         """REINFORCE's loss: minus the advantage-weighted log-probability of every token written."""
-        z = output_rl.word_logits(params, rows["own"], rows["spelled"], rows["along"], secret_mask, temperature)
-        lse = mx.logaddexp(mx.array(rows["rest_lse"]), mx.logsumexp(z, axis=-1))
-        word = mx.array(np.maximum(rows["word"], 0))
-        chosen = mx.take_along_axis(z, word[:, None], axis=-1)[:, 0]
-        log_p = mx.where(mx.array(rows["word"] >= 0), chosen, mx.array(rows["target"]) / temperature) - lse
+        *_, log_p = output_rl.row_log_probs(params, rows["own"], rows["spelled"], rows["along"], rows["rest_lse"],
+                                            rows["target"], rows["word"], secret_mask, temperature)
         return -(mx.array(advantage_rows) * log_p).sum() / answers
 
     def objective(params, rows, advantage_rows, answers):

@@ -18,8 +18,7 @@ import math
 import click
 
 from common.errors import run_script
-
-GAINS = ("beta", "alpha", "bias")
+from rl.output_rl import GAINS
 
 
 @click.command()
