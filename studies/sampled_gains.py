@@ -9,8 +9,14 @@ reward kernel (thought truth included, so a list that stops fitting the clues co
 REINFORCE's gradient of the three gains over every token each answer wrote: the log-probability
 of a token under the gains is exact from the frozen trunk's state (rl/output_rl.py `row_arrays`),
 so the gradient sees the whole text, lists included. The baseline is the step's mean reward at the
-same turn (no groups: each position is answered once, as in play), advantages scaled by their
-spread; the anchor KL of output-rl keeps the leash. Resumable: sampled_state.json after every step.
+same turn, advantages scaled by their spread; the anchor KL of output-rl keeps the leash.
+Resumable: sampled_state.json after every step.
+
+Session 71 read a 32-game gradient within one standard error of zero. `--group-size K` plays each
+of games/K secrets K times, as GRPO groups whole games by prompt, and takes the baseline over the
+same secret's games at the same turn, which removes how hard the secret is from the advantage.
+Every step logs both baselines' gradients on its own games, each with its standard error over the
+secrets (a secret's games are not independent), so one run says which estimator is readable.
 
     python -m studies.sampled_gains --distilled runs/d9 --out runs/orl-sampled \
         --states runs/orl-every/states.npz --own-games G.json --own-validation V.json --steps 12
@@ -106,16 +112,40 @@ def trunk_states(model, answered: list[Answered]):
     return np.concatenate(states), np.concatenate([np.array(a.tokens, np.int64) for a in answered])
 
 
+def turn_baselines(rewards, turns, keys):
+    """Each answer's baseline: the mean reward of the answers with its key at its turn."""
+    import numpy as np
+
+    table: dict[tuple[int, int], list[float]] = {}
+    for reward, turn, key in zip(rewards, turns, keys):
+        table.setdefault((int(key), int(turn)), []).append(float(reward))
+    return np.array([np.mean(table[int(key), int(turn)]) for turn, key in zip(turns, keys)])
+
+
+def cluster_gradient(slopes, advantage_rows, row_clusters, clusters: int, answers: int) -> tuple[list, list]:
+    """REINFORCE's gradient (policy part) and its standard error, from each row's slope of its
+    log-probability: the sum of the clusters' shares, and sqrt(clusters) times their spread."""
+    import numpy as np
+
+    per_row = -(advantage_rows[:, None] * slopes) / answers
+    shares = np.zeros((clusters, slopes.shape[1]))
+    np.add.at(shares, row_clusters, per_row)
+    return (np.round(shares.sum(axis=0), 6).tolist(),
+            np.round(np.sqrt(clusters) * shares.std(axis=0, ddof=1), 6).tolist())
+
+
 @click.command()
 @output_rl_inputs
 @click.option("--steps", default=12, show_default=True, type=click.IntRange(1))
 @click.option("--games", default=32, show_default=True, type=click.IntRange(2), help="Training games a step.")
+@click.option("--group-size", default=1, show_default=True, type=click.IntRange(1),
+              help="Games a secret is played each step; the baseline is its group's mean at each turn.")
 @click.option("--split", default="untaught", show_default=True, help="Which secrets the games draw.")
 @click.option("--lr", default=0.1, show_default=True, type=click.FloatRange(0, min_open=True))
 @click.option("--kl-coef", default=1.0, show_default=True, type=click.FloatRange(0))
 @click.option("--seed", default=0, show_default=True, type=int)
 def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...], own_validation: tuple[str, ...],
-         steps: int, games: int, split: str, lr: float, kl_coef: float, seed: int) -> None:
+         steps: int, games: int, group_size: int, split: str, lr: float, kl_coef: float, seed: int) -> None:
     ensure_fast_blas()
     import mlx.core as mx
     import mlx.optimizers as optim
@@ -136,6 +166,8 @@ def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...
     folder = Path(out)
     if split not in SPLITS:
         raise UserError(f"--split {split}: one of {', '.join(SPLITS)}")
+    if games % group_size or games // group_size < 2:
+        raise UserError(f"--games {games} is not two or more groups of --group-size {group_size}")
     if states and not (folder / output_rl.STATES_FILE).exists():
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(states, folder / output_rl.STATES_FILE)
@@ -180,7 +212,8 @@ def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...
     for step in range(done + 1, steps + 1):
         began = time.perf_counter()
         model.lm_head.weight = layers.merged(gains).astype(model.lm_head.weight.dtype)
-        secrets = sample_secrets(pool, games, seed * 100_003 + step)
+        drawn = sample_secrets(pool, games // group_size, seed * 100_003 + step)
+        secrets = [secret for secret in drawn for _ in range(group_size)]
         player = recording_player(ModelPlayer)(model, tokenizer, "sampled gains", SamplingSettings(temperature),
                                                seed * 100_003 + step, 32)
         records = play_games(player, setup, secrets, measure_moves=False, show_progress=False)
@@ -188,8 +221,11 @@ def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...
         answered = player.answered
         rewards = np.array([float(scorer.score([a.text], a.state, secrets[a.game]).total[0]) for a in answered])
         turns = np.array([len(a.state.turns) for a in answered])
-        baseline = np.array([rewards[turns == t].mean() for t in turns])
-        advantage = (rewards - baseline) / max(float(rewards.std()), 1e-6)
+        clusters = np.array([a.game // group_size for a in answered])
+        spread = max(float(rewards.std()), 1e-6)
+        advantages = {"turn": (rewards - turn_baselines(rewards, turns, np.zeros_like(turns))) / spread,
+                      "secret_turn": (rewards - turn_baselines(rewards, turns, clusters)) / spread}
+        advantage = advantages["secret_turn" if group_size > 1 else "turn"]
         hidden, tokens = trunk_states(model, answered)
         forwarded = time.perf_counter()
         own, spelled, along, rest_lse, _, target = output_rl.row_arrays(hidden, tokens, layers, temperature)
@@ -197,11 +233,21 @@ def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...
                 "word": np.array([index.get(int(t), -1) for t in tokens], np.int64)}
         advantage_rows = np.repeat(advantage, [len(a.tokens) for a in answered]).astype(np.float32)
         loss, grads = grad_fn(gains, rows, advantage_rows, len(answered))
-        # each game's share of the policy gradient (the KL left out): how far the step is from noise
-        game_rows = np.repeat([a.game for a in answered], [len(a.tokens) for a in answered])
-        shares = np.array([[float(grad[k]) for k in output_rl.GAINS] for grad in (
-            mx.grad(policy_loss)(gains, rows, advantage_rows * (game_rows == g), len(answered))
-            for g in range(len(records)))])
+        # each row's slope of its log-probability in each gain (forward mode), so both baselines'
+        # policy gradients and their spread over the secrets come from one pass
+        def row_log_p(*values):
+            return output_rl.row_log_probs(dict(zip(output_rl.GAINS, values)), rows["own"], rows["spelled"],
+                                           rows["along"], rows["rest_lse"], rows["target"], rows["word"],
+                                           secret_mask, temperature)[2]
+
+        slopes = np.stack([np.array(mx.jvp(row_log_p, [gains[k] for k in output_rl.GAINS],
+                                           [mx.array(float(k == gain)) for k in output_rl.GAINS])[1][0])
+                           for gain in output_rl.GAINS], axis=1)
+        lengths = [len(a.tokens) for a in answered]
+        row_clusters = np.repeat(clusters, lengths)
+        estimators = {name: cluster_gradient(slopes, np.repeat(value, lengths), row_clusters,
+                                             games // group_size, len(answered))
+                      for name, value in advantages.items()}
         gains = optimizer.apply_gradients(grads, gains)
         mx.eval(gains, optimizer.state)
         if not all(np.isfinite(float(v)) for v in gains.values()):
@@ -209,9 +255,12 @@ def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...
         frozen = output_rl.readings(gains, prepared.splits, secret_mask, temperature)
         point = {"step": step, **{k: round(float(v), 5) for k, v in gains.items()},
                  "grad": {k: round(float(v), 6) for k, v in grads.items()},
-                 "policy_grad": dict(zip(output_rl.GAINS, np.round(shares.sum(axis=0), 6).tolist())),
-                 "policy_grad_se": dict(zip(output_rl.GAINS, np.round(np.sqrt(len(shares)) * shares.std(axis=0, ddof=1),
-                                                                      6).tolist())),
+                 "group_size": group_size,
+                 "policy_grad": dict(zip(output_rl.GAINS, estimators["secret_turn" if group_size > 1 else "turn"][0])),
+                 "policy_grad_se": dict(zip(output_rl.GAINS,
+                                            estimators["secret_turn" if group_size > 1 else "turn"][1])),
+                 "baselines": {name: {"grad": dict(zip(output_rl.GAINS, grad)), "se": dict(zip(output_rl.GAINS, se))}
+                               for name, (grad, se) in estimators.items()},
                  "wins": sum(r.state.won for r in records), "games": len(records), "answers": len(answered),
                  "mean_reward": round(float(rewards.mean()), 4),
                  "reward_std": round(float(rewards.std()), 4), "rows": len(tokens),
