@@ -9,6 +9,8 @@ RUN/adapter (an mlx-lm adapter folder) and, with `fuse`, RUN/fused, checked agai
 the adapter. The same command again (or `resume`) picks up at the last checkpoint with
 the same batches and learning rate the interrupted run would have used; the settings
 that shape the trajectory must match the ones the run started with (sft/run_folder.py).
+A step whose loss or gradient is not finite stops the run before it writes anything of
+that step: a diverged fit is never saved as RUN/adapter or a checkpoint.
 
 Under `mlx.launch -n N` (llm/distributed.py) every process trains on its share of each
 batch of `batch_size`; rank 0 alone writes the run folder and shows progress, and
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 import time
 from dataclasses import asdict, fields, replace
@@ -223,6 +226,8 @@ def _train(trainer: SFTTrainer, train, order: BatchOrder, config: SFTConfig, sta
                 metrics.append(record)
         for step in range(start, config.iters):
             stats = trainer.train_step(collate([train[i] for i in distributed.mine(order.indices(step))]))
+            if not (math.isfinite(stats.loss) and math.isfinite(stats.grad_norm)):
+                raise UserError(_diverged(stats.step, stats.loss, out))
             record = {"step": stats.step, "loss": round(stats.loss, 5), "lr": stats.learning_rate,
                       "grad_norm": round(stats.grad_norm, 4), "tokens": stats.tokens,
                       "seconds": round(stats.seconds, 4), "tokens_per_s": round(stats.tokens_per_second, 1),
@@ -237,6 +242,14 @@ def _train(trainer: SFTTrainer, train, order: BatchOrder, config: SFTConfig, sta
                                 {"config": trajectory, "processes": distributed.world().size})
             progress.update(task, advance=1,
                             description=f"sft loss {stats.loss:.3f} {stats.tokens_per_second:,.0f} tok/s")
+
+
+def _diverged(step: int, loss: float, out: Path) -> str:
+    """The one line a diverged fit ends with: what is kept and how to go on."""
+    kept = latest_checkpoint(out)
+    return (f"sft step {step}: the loss went {loss} (the fit diverged); nothing of that step was saved"
+            + (f", {kept} is kept" if kept else "")
+            + ": start again in a new --out with a lower --lr (or from another --adapter)")
 
 
 def _tokenized(trainer: SFTTrainer, data: SFTData, config: SFTConfig):

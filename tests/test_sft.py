@@ -467,6 +467,23 @@ def test_non_finite_weights_or_optimizer_state_are_refused(tmp_path, finished_ru
     assert result.exit_code == 2 and f"{adapter / 'adapters.safetensors'} holds NaN" in result.stderr
 
 
+def test_a_diverging_fit_stops_with_one_line_and_saves_nothing(tmp_path, finished_run, tiny_model_dir,
+                                                               data_dir) -> None:  # noqa: F811
+    """A start adapter whose values are finite but overflow the forward pass made the loss NaN at
+    every step, and sft saved an all-NaN adapter with exit 0."""
+    adapter = tmp_path / "overflowing"
+    shutil.copytree(finished_run / "adapter", adapter)
+    arrays = dict(mx.load(str(adapter / "adapters.safetensors")))
+    mx.save_safetensors(str(adapter / "adapters.safetensors"),
+                        {k: v * 1e30 if "lora_b" in k else v for k, v in arrays.items()})
+    out = tmp_path / "run"
+    result = sft(*tiny_args(tiny_model_dir, data_dir, out, "--iters", "3", "--adapter", str(adapter)))
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert "sft step 1: the loss went nan (the fit diverged); nothing of that step was saved" in result.stderr
+    assert not (out / "adapter").exists() and latest_checkpoint(out) is None
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [0]
+
+
 def test_resume_clears_what_killed_writes_left(tmp_path, finished_run, tiny_model_dir, data_dir) -> None:  # noqa: F811
     run = tmp_path / "copy"
     shutil.copytree(finished_run, run)
