@@ -225,7 +225,8 @@ def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...
         spread = max(float(rewards.std()), 1e-6)
         advantages = {"turn": (rewards - turn_baselines(rewards, turns, np.zeros_like(turns))) / spread,
                       "secret_turn": (rewards - turn_baselines(rewards, turns, clusters)) / spread}
-        advantage = advantages["secret_turn" if group_size > 1 else "turn"]
+        used = "secret_turn" if group_size > 1 else "turn"
+        advantage = advantages[used]
         hidden, tokens = trunk_states(model, answered)
         forwarded = time.perf_counter()
         own, spelled, along, rest_lse, _, target = output_rl.row_arrays(hidden, tokens, layers, temperature)
@@ -256,9 +257,8 @@ def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...
         point = {"step": step, **{k: round(float(v), 5) for k, v in gains.items()},
                  "grad": {k: round(float(v), 6) for k, v in grads.items()},
                  "group_size": group_size,
-                 "policy_grad": dict(zip(output_rl.GAINS, estimators["secret_turn" if group_size > 1 else "turn"][0])),
-                 "policy_grad_se": dict(zip(output_rl.GAINS,
-                                            estimators["secret_turn" if group_size > 1 else "turn"][1])),
+                 "policy_grad": dict(zip(output_rl.GAINS, estimators[used][0])),
+                 "policy_grad_se": dict(zip(output_rl.GAINS, estimators[used][1])),
                  "baselines": {name: {"grad": dict(zip(output_rl.GAINS, grad)), "se": dict(zip(output_rl.GAINS, se))}
                                for name, (grad, se) in estimators.items()},
                  "wins": sum(r.state.won for r in records), "games": len(records), "answers": len(answered),

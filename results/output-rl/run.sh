@@ -65,3 +65,10 @@ python -m studies.sampled_gradient --metrics runs/orl-sampled/sampled_metrics.js
     --json results/output-rl/sampled-gradient.json
 python cli.py eval --model runs/orl-sampled/model --split validation --games 90 --seed 11 --json runs/log/orl-sampled-validation.json --quiet
 python cli.py eval --compare results/distill-words/words-validation.json runs/log/orl-sampled-validation.json --json runs/log/paired-orl-sampled-validation.json
+# 10. (session 72) the same study with each secret played 4 times a step (--group-size 4: 8 secrets of 4 games),
+#     the baseline over a secret's games at each turn; both baselines' gradients logged on the same answers
+python -m studies.sampled_gains --distilled runs/d9 --out runs/orl-grouped --states runs/orl-every/states.npz \
+    --own-games results/distill-own/d3-untaught-160.json --own-validation results/distill-words/words-validation.json \
+    --steps 4 --games 32 --group-size 4   # grouped-metrics.jsonl
+python -m studies.sampled_gradient --metrics runs/orl-grouped/sampled_metrics.jsonl --slopes results/output-rl/every-slopes.json \
+    --json results/output-rl/grouped-gradient.json
