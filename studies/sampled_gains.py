@@ -17,6 +17,10 @@ of games/K secrets K times, as GRPO groups whole games by prompt, and takes the 
 same secret's games at the same turn, which removes how hard the secret is from the advantage.
 Every step logs both baselines' gradients on its own games, each with its standard error over the
 secrets (a secret's games are not independent), so one run says which estimator is readable.
+Session 72 found the noise is within a secret's games, so `--positions-from` groups at a shared
+position instead: each step draws games/K positions the model reached in those games files and
+answers each K times (one turn, as GRPO's groups), the baseline the mean of the other K-1 answers
+there (leave-one-out, so it takes no signal from the answer itself).
 
     python -m studies.sampled_gains --distilled runs/d9 --out runs/orl-sampled \
         --states runs/orl-every/states.npz --own-games G.json --own-validation V.json --steps 12
@@ -25,6 +29,7 @@ secrets (a secret's games are not independent), so one run says which estimator 
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import time
 from dataclasses import dataclass
@@ -140,12 +145,16 @@ def cluster_gradient(slopes, advantage_rows, row_clusters, clusters: int, answer
 @click.option("--games", default=32, show_default=True, type=click.IntRange(2), help="Training games a step.")
 @click.option("--group-size", default=1, show_default=True, type=click.IntRange(1),
               help="Games a secret is played each step; the baseline is its group's mean at each turn.")
+@click.option("--positions-from", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="eval JSON of the model's own games on training secrets: answer their positions, --group-size "
+                   "times each, instead of playing games (--games is then the answers a step).")
 @click.option("--split", default="untaught", show_default=True, help="Which secrets the games draw.")
 @click.option("--lr", default=0.1, show_default=True, type=click.FloatRange(0, min_open=True))
 @click.option("--kl-coef", default=1.0, show_default=True, type=click.FloatRange(0))
 @click.option("--seed", default=0, show_default=True, type=int)
 def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...], own_validation: tuple[str, ...],
-         steps: int, games: int, group_size: int, split: str, lr: float, kl_coef: float, seed: int) -> None:
+         steps: int, games: int, group_size: int, positions_from: tuple[str, ...], split: str, lr: float,
+         kl_coef: float, seed: int) -> None:
     ensure_fast_blas()
     import mlx.core as mx
     import mlx.optimizers as optim
@@ -154,8 +163,10 @@ def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...
     import rl.output_rl as output_rl
     from common.errors import UserError
     from common.fileio import append_line, atomic_replace_dir, atomic_write_json, read_json
+    from eval.endgame import answered_positions
     from eval.harness import play_games
     from eval.splits import SPLITS, sample_secrets
+    from llm.format import parse_answer
     from llm.generation import SamplingSettings
     from llm.loading import load_model
     from llm.player import ModelPlayer
@@ -168,6 +179,8 @@ def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...
         raise UserError(f"--split {split}: one of {', '.join(SPLITS)}")
     if games % group_size or games // group_size < 2:
         raise UserError(f"--games {games} is not two or more groups of --group-size {group_size}")
+    if positions_from and group_size < 2:
+        raise UserError("--positions-from needs --group-size 2 or more: the baseline is the other answers there")
     if states and not (folder / output_rl.STATES_FILE).exists():
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(states, folder / output_rl.STATES_FILE)
@@ -179,6 +192,10 @@ def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...
     setup = load_setup("answers")
     scorer = RewardScorer(setup)
     pool = SPLITS[split](setup.lists.answers)
+    reached = [position for path in positions_from
+               for position, _ in answered_positions(setup, read_json(path, "an eval JSON of the model's games"))]
+    if positions_from and any(position.secret not in pool for position in reached):
+        raise UserError(f"--positions-from holds games whose secret is not in --split {split}")
 
     state_file, metrics = folder / "sampled_state.json", folder / "sampled_metrics.jsonl"
     gains = output_rl.initial_gains()
@@ -212,20 +229,33 @@ def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...
     for step in range(done + 1, steps + 1):
         began = time.perf_counter()
         model.lm_head.weight = layers.merged(gains).astype(model.lm_head.weight.dtype)
-        drawn = sample_secrets(pool, games // group_size, seed * 100_003 + step)
-        secrets = [secret for secret in drawn for _ in range(group_size)]
         player = recording_player(ModelPlayer)(model, tokenizer, "sampled gains", SamplingSettings(temperature),
                                                seed * 100_003 + step, 32)
-        records = play_games(player, setup, secrets, measure_moves=False, show_progress=False)
+        if positions_from:
+            records = []
+            chosen = random.Random(seed * 100_003 + step).sample(reached, games // group_size)
+            for number in range(games):
+                position = chosen[number // group_size]
+                player.submit(number, position.state, position.rejected)
+            player.finished()
+            secrets = [chosen[number // group_size].secret for number in range(games)]
+        else:
+            drawn = sample_secrets(pool, games // group_size, seed * 100_003 + step)
+            secrets = [secret for secret in drawn for _ in range(group_size)]
+            records = play_games(player, setup, secrets, measure_moves=False, show_progress=False)
         played = time.perf_counter()
         answered = player.answered
         rewards = np.array([float(scorer.score([a.text], a.state, secrets[a.game]).total[0]) for a in answered])
         turns = np.array([len(a.state.turns) for a in answered])
         clusters = np.array([a.game // group_size for a in answered])
         spread = max(float(rewards.std()), 1e-6)
-        advantages = {"turn": (rewards - turn_baselines(rewards, turns, np.zeros_like(turns))) / spread,
-                      "secret_turn": (rewards - turn_baselines(rewards, turns, clusters)) / spread}
-        used = "secret_turn" if group_size > 1 else "turn"
+        advantages = {"turn": (rewards - turn_baselines(rewards, turns, np.zeros_like(turns))) / spread}
+        if positions_from:
+            group_sums = np.bincount(clusters, weights=rewards)
+            advantages["position_loo"] = (rewards - (group_sums[clusters] - rewards) / (group_size - 1)) / spread
+        else:
+            advantages["secret_turn"] = (rewards - turn_baselines(rewards, turns, clusters)) / spread
+        used = "turn" if group_size == 1 else "position_loo" if positions_from else "secret_turn"
         advantage = advantages[used]
         hidden, tokens = trunk_states(model, answered)
         forwarded = time.perf_counter()
@@ -261,7 +291,10 @@ def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...
                  "policy_grad_se": dict(zip(output_rl.GAINS, estimators[used][1])),
                  "baselines": {name: {"grad": dict(zip(output_rl.GAINS, grad)), "se": dict(zip(output_rl.GAINS, se))}
                                for name, (grad, se) in estimators.items()},
-                 "wins": sum(r.state.won for r in records), "games": len(records), "answers": len(answered),
+                 "wins": (sum(r.state.won for r in records) if records else
+                          sum(parse_answer(a.text, a.state.lists, a.state.guesses).guess == secrets[a.game]
+                              for a in answered)),
+                 "games": len(records), "answers": len(answered),
                  "mean_reward": round(float(rewards.mean()), 4),
                  "reward_std": round(float(rewards.std()), 4), "rows": len(tokens),
                  "text_not_tokens": sum(tokenizer.decode(list(a.tokens)) != a.text for a in answered),

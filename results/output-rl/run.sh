@@ -72,3 +72,12 @@ python -m studies.sampled_gains --distilled runs/d9 --out runs/orl-grouped --sta
     --steps 4 --games 32 --group-size 4   # grouped-metrics.jsonl
 python -m studies.sampled_gradient --metrics runs/orl-grouped/sampled_metrics.jsonl --slopes results/output-rl/every-slopes.json \
     --json results/output-rl/grouped-gradient.json
+# 11. (session 72) groups at a shared position: 32 positions a step drawn from the games of steps 9 and 10, each
+#     answered 8 times (one turn), the baseline the other 7 answers there (leave-one-out)
+python -m studies.sampled_gains --distilled runs/d9 --out runs/orl-positions --states runs/orl-every/states.npz \
+    --own-games results/distill-own/d3-untaught-160.json --own-validation results/distill-words/words-validation.json \
+    --steps 3 --games 256 --group-size 8 \
+    $(for f in runs/orl-sampled/games/step-00{3,4,5,6,7,8}.json runs/orl-grouped/games/step-00{1,2,3,4}.json; do
+        echo --positions-from $f; done)   # positions-metrics.jsonl
+python -m studies.sampled_gradient --metrics runs/orl-positions/sampled_metrics.jsonl \
+    --slopes results/output-rl/every-slopes.json --json results/output-rl/positions-gradient.json
