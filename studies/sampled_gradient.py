@@ -38,10 +38,12 @@ def main(metrics: str, slopes: str, json_out: str) -> None:
         raise click.UsageError(f"{metrics} has no step with the games' shares of the gradient")
     by_step = {s["step"]: s for s in steps}
     frozen = read_json(slopes, "an output_rl_gains JSON")["readings"][0]["slopes"]
-    games = sum(s["games"] for s in measured)
+    # a run that answered positions (--positions-from) plays no games: its unit is the answer
+    unit = "games" if all(s["games"] for s in measured) else "answers"
+    samples = sum(s[unit] for s in measured)
 
     def summary(gradients: list[tuple[dict, dict]]) -> dict:
-        """The mean slope over the steps, its standard error, and the games it would take at 2 se."""
+        """The mean slope over the steps, its standard error, and the games (or answers) it would take at 2 se."""
         per_step = [{"step": s["step"], "gains_before": {g: by_step.get(s["step"] - 1, {}).get(g) for g in GAINS},
                      **{g: round(-grad[g] * s["reward_std"], 6) for g in GAINS},
                      **{f"{g}_se": round(se[g] * s["reward_std"], 6) for g in GAINS}}
@@ -50,12 +52,13 @@ def main(metrics: str, slopes: str, json_out: str) -> None:
         error = {g: math.sqrt(sum(p[f"{g}_se"] ** 2 for p in per_step)) / len(per_step) for g in GAINS}
         return {"sampled_slope": {g: round(mean[g], 6) for g in GAINS},
                 "sampled_slope_se": {g: round(error[g], 6) for g in GAINS}, "per_step": per_step,
-                # the standard error falls as one over the root of the games
-                "games_for_two_se_of_frozen_slope": {
-                    g: round(games * (2 * error[g] / frozen["own"]["gradient"][g]) ** 2) for g in GAINS}}
+                # the standard error falls as one over the root of the games (answers)
+                f"{unit}_for_two_se_of_frozen_slope": {
+                    g: round(samples * (2 * error[g] / frozen["own"]["gradient"][g]) ** 2) for g in GAINS}}
 
     used = summary([(s["policy_grad"], s["policy_grad_se"]) for s in measured])
-    result = {"steps": len(measured), "games": games, "answers": sum(s["answers"] for s in measured),
+    result = {"steps": len(measured), "games": sum(s["games"] for s in measured),
+              "answers": sum(s["answers"] for s in measured),
               "group_size": measured[0].get("group_size", 1), **used, "frozen_slope_at_start": frozen}
     if all("baselines" in s for s in measured):
         result["baselines"] = {name: summary([(s["baselines"][name]["grad"], s["baselines"][name]["se"])
@@ -63,9 +66,9 @@ def main(metrics: str, slopes: str, json_out: str) -> None:
     atomic_write_json(json_out, result)
     for g in GAINS:
         mean, se = result["sampled_slope"][g], result["sampled_slope_se"][g]
-        click.echo(f"{g}: sampled {mean:+.4f} ± {se:.4f} over {result['games']} games; frozen "
-                   f"{frozen['own']['gradient'][g]:+.4f} ± {frozen['own']['gradient_se'][g]:.4f}; games for the "
-                   f"frozen slope at 2 se: {result['games_for_two_se_of_frozen_slope'][g]}")
+        click.echo(f"{g}: sampled {mean:+.4f} ± {se:.4f} over {result[unit]} {unit}; frozen "
+                   f"{frozen['own']['gradient'][g]:+.4f} ± {frozen['own']['gradient_se'][g]:.4f}; {unit} for the "
+                   f"frozen slope at 2 se: {result[f'{unit}_for_two_se_of_frozen_slope'][g]}")
 
 
 if __name__ == "__main__":
