@@ -214,11 +214,14 @@ def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...
         metrics.unlink(missing_ok=True)
         append_line(metrics, json.dumps({"step": 0, **{k: float(v) for k, v in gains.items()}, "frozen": frozen}))
 
+    def token_log_probs(params, rows):
+        """Each written token's log-probability under the gains."""
+        return output_rl.row_log_probs(params, rows["own"], rows["spelled"], rows["along"], rows["rest_lse"],
+                                       rows["target"], rows["word"], secret_mask, temperature)[2]
+
     def policy_loss(params, rows, advantage_rows, answers):
         """REINFORCE's loss: minus the advantage-weighted log-probability of every token written."""
-        *_, log_p = output_rl.row_log_probs(params, rows["own"], rows["spelled"], rows["along"], rows["rest_lse"],
-                                            rows["target"], rows["word"], secret_mask, temperature)
-        return -(mx.array(advantage_rows) * log_p).sum() / answers
+        return -(mx.array(advantage_rows) * token_log_probs(params, rows)).sum() / answers
 
     def objective(params, rows, advantage_rows, answers):
         return (policy_loss(params, rows, advantage_rows, answers)
@@ -262,19 +265,17 @@ def main(distilled: str, out: str, states: str | None, own_games: tuple[str, ...
         own, spelled, along, rest_lse, _, target = output_rl.row_arrays(hidden, tokens, layers, temperature)
         rows = {"own": own, "spelled": spelled, "along": along, "rest_lse": rest_lse, "target": target,
                 "word": np.array([index.get(int(t), -1) for t in tokens], np.int64)}
-        advantage_rows = np.repeat(advantage, [len(a.tokens) for a in answered]).astype(np.float32)
+        lengths = [len(a.tokens) for a in answered]
+        advantage_rows = np.repeat(advantage, lengths).astype(np.float32)
         loss, grads = grad_fn(gains, rows, advantage_rows, len(answered))
         # each row's slope of its log-probability in each gain (forward mode), so both baselines'
         # policy gradients and their spread over the secrets come from one pass
         def row_log_p(*values):
-            return output_rl.row_log_probs(dict(zip(output_rl.GAINS, values)), rows["own"], rows["spelled"],
-                                           rows["along"], rows["rest_lse"], rows["target"], rows["word"],
-                                           secret_mask, temperature)[2]
+            return token_log_probs(dict(zip(output_rl.GAINS, values)), rows)
 
         slopes = np.stack([np.array(mx.jvp(row_log_p, [gains[k] for k in output_rl.GAINS],
                                            [mx.array(float(k == gain)) for k in output_rl.GAINS])[1][0])
                            for gain in output_rl.GAINS], axis=1)
-        lengths = [len(a.tokens) for a in answered]
         row_clusters = np.repeat(clusters, lengths)
         estimators = {name: cluster_gradient(slopes, np.repeat(value, lengths), row_clusters,
                                              games // group_size, len(answered))
