@@ -57,6 +57,7 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
     """Play every secret (or --games N of them) and report win rate, guesses and move quality."""
     from eval.report import compare_endgame, compare_games, load_result, show_endgame, show_result
     from eval.run import EndgameRequest, EvalRequest, ModelSpec, run_endgame, run_eval
+    from llm.naming_head import player_head
     from solver.policy import SolverSettings
     from solver.setup import load_setup
 
@@ -80,7 +81,7 @@ def eval_command(policy, secrets, answers, allowed, split, games, seed, hard, lo
     if policy == "model" and not model:
         raise UserError("--policy model needs --model PATH|default")
     _note_ignored(given, policy)
-    if policy == "model" and adapter is None and "naming_head" in given:
+    if policy == "model" and adapter is None and "naming_head" in given and not player_head(model, None):
         note_unread(["--naming-head" if naming_head else "--no-naming-head"],
                     "without --adapter there is no naming head (naming-head saves one beside an adapter)")
     if constrain_guess and policy != "model":

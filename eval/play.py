@@ -16,7 +16,7 @@ from eval.harness import MAX_INVALID_IN_A_ROW, GameRecord, play_games, refusal
 from eval.moves import GamePlayer
 from eval.run import ModelSpec
 from llm.format import Move, Rejection, parse_answer
-from llm.naming_head import HEAD_FILE, head_beside
+from llm.naming_head import HEAD_FILE, player_head
 from solver.entropy import guess_score
 from solver.feedback import pattern_to_string
 from solver.policy import EntropySolver
@@ -130,8 +130,9 @@ def head_line(spec: ModelSpec) -> str:
     """Which naming head names the model's words, and why none when none does."""
     if spec.head:
         return f"naming head: {spec.head}"
+    saved = player_head(spec.model, spec.adapter)
+    if saved:
+        return f"naming head: off (--no-naming-head; {saved} not used)"
     if spec.adapter is None:
-        return "naming head: none (no --adapter)"
-    if head_beside(spec.adapter):
-        return f"naming head: off (--no-naming-head; {head_beside(spec.adapter)} not used)"
+        return "naming head: none (no --adapter, and no head in --model's folder)"
     return f"naming head: none ({spec.adapter} has no {HEAD_FILE})"

@@ -27,14 +27,14 @@ class ModelSpec:
     batch_size: int = 32
     constrain_guess: bool = False  # decode the guess tag within the allowed words (not the model's own rate)
     dtype: str = "auto"  # the weights' dtype (llm/loading.py resolve_dtype)
-    naming_head: bool = True  # name words by the head saved beside the adapter, when there is one
+    naming_head: bool = True  # name words by the head beside the adapter (or model folder), when there is one
 
     @property
     def head(self) -> Path | None:
-        """The naming head this model plays with (llm/naming_head.py), if any."""
-        from llm.naming_head import head_beside
+        """The naming head this model plays with (llm/naming_head.py `player_head`), if any."""
+        from llm.naming_head import player_head
 
-        return head_beside(self.adapter) if self.naming_head else None
+        return player_head(self.model, self.adapter) if self.naming_head else None
 
     @property
     def name(self) -> str:

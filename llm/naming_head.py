@@ -149,3 +149,13 @@ def head_beside(adapter: str | os.PathLike | None) -> Path | None:
         return None
     path = Path(adapter) / HEAD_FILE
     return path if path.is_file() else None
+
+
+def player_head(model: str, adapter: str | os.PathLike | None) -> Path | None:
+    """The naming head a player of `model` with `adapter` names words by, if any: the one beside the
+    adapter, or with no adapter the one in a local model folder. An `export`ed model is the adapter
+    fused into the weights, so the head fitted beside that adapter, copied into the export's folder,
+    plays it as it played the adapter (within this toolkit: mlx-lm never reads the file)."""
+    if adapter is not None:
+        return head_beside(adapter)
+    return None if model == "default" else head_beside(Path(model).expanduser())

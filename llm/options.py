@@ -48,6 +48,7 @@ def one_answer_model_options(f: Callable) -> Callable:
 
 naming_head_option = click.option(
     "--naming-head/--no-naming-head", default=True, show_default=True,
-    help="Play with the naming head saved beside --adapter (naming_head.npz, written by `naming-head`), when "
-         "there is one: where the model writes ' Only', the head names a whole allowed word, never one played "
-         "or refused at that turn; the rest of every answer is the model's.")
+    help="Play with the naming head saved beside --adapter (naming_head.npz, written by `naming-head`; with no "
+         "--adapter, one copied into --model's folder, an `export` of that adapter), when there is one: where the "
+         "model writes ' Only', the head names a whole allowed word, never one played or refused at that turn; the "
+         "rest of every answer is the model's.")

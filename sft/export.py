@@ -35,7 +35,8 @@ KIND = "wordle-rl export"
 EXAMPLE_SECRET = "gorge"  # a training answer whose solver game has four positions, the last naming the one left
 HEAD_RULE = ("A naming head (naming_head.npz beside an adapter) does not travel: it is a readout that only "
              "wordle-rl's decoding applies, so the exported model plays without it, as `eval --adapter DIR "
-             "--no-naming-head` plays the adapter.")
+             "--no-naming-head` plays the adapter. Copied into this folder, `eval --model` here plays with it "
+             "again, as the adapter played with it.")
 
 
 @dataclass(frozen=True)

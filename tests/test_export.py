@@ -7,21 +7,24 @@ import shutil
 from pathlib import Path
 
 import mlx.core as mx
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from llm_fixtures import tiny_model_dir, write_lora_adapter  # noqa: F401
 from mlx_lm.tuner.lora import LoRALinear
 
 from cli import cli
+from eval.run import ModelSpec
 from llm.adapter_files import STACKED_ON, write_adapter
 from llm.format import SYSTEM_PROMPT, prompt_tokens
 from llm.generation import STOP_TEXT, SamplingSettings, sample
 from llm.loading import load_model
-from llm.naming_head import HEAD_FILE
+from llm.naming_head import HEAD_FILE, naming_tokens
 from sft.export import EXAMPLE_SECRET, PROMPT_DOC, RECORD, example_game, export_model
 from sft.lora import AdapterSettings, trainable_weights
 
 TOLERANCE = 1e-4  # float32 logits of the same weights through two code paths
+WORDS = ("crane", "slate", "jumpy", "vowel")
 
 
 def export(*args: str):
@@ -98,6 +101,39 @@ def test_eval_plays_the_export(exported, tmp_path) -> None:
     assert result.exit_code == 0, result.output
     played = json.loads((tmp_path / "e.json").read_text())
     assert played["games"] == 1 and played["temperature"] == 0.0 and played["naming_head"] is None
+
+
+def test_a_head_copied_into_the_export_plays_it_as_it_played_the_adapter(tmp_path,
+                                                                          tiny_model_dir) -> None:  # noqa: F811
+    """The head fitted beside an adapter, copied into the adapter's export, names the same words there:
+    `eval --model OUT` (no --adapter) plays the same games, record for record, as `eval --adapter`, and
+    says it plays with the head; --no-naming-head turns it off."""
+    adapter = tmp_path / "adapter"
+    write_lora_adapter(tiny_model_dir, adapter)
+    fit = CliRunner().invoke(cli, ["naming-head", "--model", str(tiny_model_dir), "--adapter", str(adapter),
+                                   "--positions", "6", "--validation-positions", "3", "--epochs", "4", "--rank", "2",
+                                   "--quiet"])
+    assert fit.exit_code == 0, fit.output
+    out = tmp_path / "model"
+    assert export("--model", str(tiny_model_dir), "--adapter", str(adapter), "--out", str(out)).exit_code == 0
+    shutil.copy(adapter / HEAD_FILE, out / HEAD_FILE)
+    played = {}
+    for name, flags in {"adapter": ["--model", str(tiny_model_dir), "--adapter", str(adapter)],
+                        "export": ["--model", str(out)], "off": ["--model", str(out), "--no-naming-head"]}.items():
+        result = CliRunner().invoke(cli, ["eval", *flags, "--games", "3", "--max-tokens", "40", "--quiet",
+                                          "--json", str(tmp_path / f"{name}.json")])
+        assert result.exit_code == 0, result.output
+        played[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    assert played["export"]["naming_head"] == str(out / HEAD_FILE) and played["off"]["naming_head"] is None
+    assert played["export"]["policy"].endswith("+naming head") and "naming head" not in played["off"]["policy"]
+    assert played["export"]["per_game"] == played["adapter"]["per_game"]
+    scores = []  # the head's word scores at the naming token, from each player as eval loads it
+    for model_dir, folder in ((tiny_model_dir, str(adapter)), (out, None)):
+        publisher, tokenizer, steer = ModelSpec(str(model_dir), folder, SamplingSettings()).load(WORDS)
+        publisher(mx.array([naming_tokens(tokenizer)[-1:]]))
+        scores.append(publisher.next_row())
+    assert steer is not None and scores[0] is not None and scores[0].shape == (len(WORDS),)
+    np.testing.assert_allclose(scores[1], scores[0], atol=TOLERANCE)
 
 
 def test_rl_adapters_export_the_policy_rl_trained(tmp_path, tiny_model_dir, exported) -> None:  # noqa: F811

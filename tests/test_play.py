@@ -56,7 +56,7 @@ def test_play_shows_each_answer_and_plays_evals_game_for_that_secret_and_seed(ti
         assert played["game"] == game and played["game_number"] == number and played["naming_head"] is None
         lines = result.output.splitlines()
         assert lines[0] == (f"{model} plays {game['secret'].upper()} (seed 3, temperature 0.7, eval's game "
-                            f"{number}); naming head: none (no --adapter)")
+                            f"{number}); naming head: none (no --adapter, and no head in --model's folder)")
         assert lines[-1] == f"{game['secret'].upper()}: lost to 3 unplayable answers in a row"
         solver = played["answers"][0]["solver"]
         assert solver["next_guess"] and solver["entropy_bits"] > 4
