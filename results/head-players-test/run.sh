@@ -33,3 +33,10 @@ python -m studies.lost_games results/distill-word/start-test-128-seed4.json resu
     $D/head-test-128-seed4.json $D/headrl-test-128-seed4.json $D/d9head-test-128-seed4.json \
     results/distill-word/start-test-128-seed5.json results/distill-words/words-test-128-seed5.json \
     $D/head-test-128-seed5.json $D/headrl-test-128-seed5.json $D/d9head-test-128-seed5.json --json $D/lost-games.json
+# a diagnostic, run beside the CI's slow tests: the distilled model with its <guess> tag decoded among unplayed allowed words
+for S in 4 5; do
+python cli.py eval --model runs/d9/model --constrain-guess --split test --games 128 --seed $S --json $R/d9constrained-test-128-seed$S.json --quiet
+python cli.py eval --compare results/distill-words/words-test-128-seed$S.json $R/d9constrained-test-128-seed$S.json --json $D/paired-d9constrained-vs-distilled-seed$S.json > /dev/null
+python cli.py eval --compare $R/d9constrained-test-128-seed$S.json $R/headrl-test-128-seed$S.json --json $D/paired-headrl-vs-d9constrained-seed$S.json > /dev/null
+done
+cp $R/d9constrained-test-128-seed?.json $D/
