@@ -43,9 +43,7 @@ def token_spelling(tokenizer, vocab_size: int, spelled: str = "all",
     can lift a listed word and never the opening of a made-up one."""
     features = np.zeros((vocab_size, FEATURES), np.float32)
     if spelled == "words":
-        listed = WordTokens.of(tokenizer, sorted(words)) if words else None
-        whole = [] if listed is None else [(s[0], w) for s, w in zip(listed.sequences, listed.words) if len(s) == 1]
-        for token, word in whole:
+        for token, word in one_token_words(tokenizer, words).items():
             if token < vocab_size:
                 _spell(features[token], word, 0)
         return features
@@ -58,6 +56,15 @@ def token_spelling(tokenizer, vocab_size: int, spelled: str = "all",
             continue
         _spell(features[token], letters, 0 if opens else PLACES * LETTERS)
     return features
+
+
+def one_token_words(tokenizer, words: frozenset[str] | set[str]) -> dict[int, str]:
+    """The `words` the model writes with one token where it names a word, by that token: the only
+    ones a spelling term on whole words can lift."""
+    if not words:
+        return {}
+    listed = WordTokens.of(tokenizer, sorted(words))
+    return {s[0]: w for s, w in zip(listed.sequences, listed.words) if len(s) == 1}
 
 
 def _spell(row: np.ndarray, letters: str, base: int) -> None:

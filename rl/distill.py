@@ -74,7 +74,7 @@ from llm.cpu_streams import core_streams
 from llm.generation import copy_cache, prefix_cache, shared_prefix_length
 from llm.naming_head import NamingHead, head_beside
 from llm.output_layer import output_layer, output_weight
-from llm.spelled_output import SpelledOutput, token_spelling, write_output_layer
+from llm.spelled_output import SpelledOutput, one_token_words, token_spelling, write_output_layer
 from llm.vector_exp import vector_exp
 from llm.word_steering import WordTokens, head_scorer
 from llm.format import prompt_tokens
@@ -122,6 +122,11 @@ class DistillSettings:
                                     "made-up word; words of several tokens keep the model's own logits; chosen on "
                                     "validation games, results/distill-words/).",
                         choices=("openings", "all", "words"), flag="--spelled")
+    whole_word_share: float | None = knob(None, "Share of the training positions whose secret the model writes as one "
+                                                "token, the words --spelled words can lift (the allowed list's "
+                                                "training words hold 16% such words for SmolLM2, the answers 57%); "
+                                                "unset: every training word alike.", range=(0.0, 1.0),
+                                          flag="--whole-word-share")
     anchor_positions: int = knob(200, "Positions whose whole teacher answers anchor every other token to the start's "
                                       "own distribution (0: none; without them the spelled layer broke 96% of "
                                       "answers, results/distill-word/).", range=(0, 100_000),
@@ -395,17 +400,35 @@ def model_figures(student: Student, inputs: np.ndarray, rows: Rows) -> dict[str,
     return word_figures(np.concatenate(secret_p), np.concatenate(secret_top), rows.owners)
 
 
-def distill_positions(settings: DistillSettings) -> dict[str, list[EndgamePosition]]:
+def distill_positions(settings: DistillSettings, tokenizer) -> dict[str, list[EndgamePosition]]:
     """Training positions on the allowed list's training words (seeded apart from the head's fit),
     held-out validation positions, and training answers' positions."""
     answers = load_setup("answers")
     seed = settings.seed * 1_000_003 + 17
-    return {"train": one_candidate_positions(load_setup("allowed"), sorted(trainable(answers.lists.allowed)),
-                                             settings.positions, seed),
+    return {"train": training_positions(settings, tokenizer, seed),
             "validation": one_candidate_positions(answers, sorted(held_out_validation(answers.lists.answers)),
                                                   settings.validation_positions, seed + 1),
             "answers": one_candidate_positions(answers, sorted(trainable(answers.lists.answers)),
                                                settings.answer_positions, seed + 2)}
+
+
+def training_positions(settings: DistillSettings, tokenizer, seed: int) -> list[EndgamePosition]:
+    """Positions of the allowed list's training words; with `whole_word_share` set, that share of
+    them on the words the model writes as one token. Only those can a whole-word spelling term
+    lift, and the allowed list holds few of them: drawn alike, five positions in six teach the
+    term only what not to name, while most of the game's secrets are such words."""
+    allowed = load_setup("allowed")
+    words = sorted(trainable(allowed.lists.allowed))
+    if settings.whole_word_share is None:
+        return one_candidate_positions(allowed, words, settings.positions, seed)
+    whole = set(one_token_words(tokenizer, frozenset(words)).values())
+    count = round(settings.whole_word_share * settings.positions)
+    one_token, longer = [w for w in words if w in whole], [w for w in words if w not in whole]
+    if (count and not one_token) or (count < settings.positions and not longer):
+        raise UserError(f"--whole-word-share {settings.whole_word_share} asks for words this tokenizer does not "
+                        f"have ({len(one_token)} training words of one token, {len(longer)} longer)")
+    return (one_candidate_positions(allowed, one_token, count, seed + 3)
+            + one_candidate_positions(allowed, longer, settings.positions - count, seed + 4))
 
 
 def anchor_positions(settings: DistillSettings) -> list[EndgamePosition]:
@@ -480,11 +503,11 @@ def run_distill(model_spec: str, adapter: str, out: str, settings: DistillSettin
     if head_file is None:
         raise UserError(f"--adapter {adapter} has no naming head beside it: fit one with naming-head first")
     head = NamingHead.load(head_file)
-    splits = {**distill_positions(settings), "own": own_positions(own_games, "own"),
-              "own_validation": own_positions(own_validation, "own_validation")}
-    _check_settings(folder, model_spec, adapter, settings)
+    own = {"own": own_positions(own_games, "own"), "own_validation": own_positions(own_validation, "own_validation")}
     began = time.perf_counter()
     policy = trainable_model(model_spec, adapter, settings, dtype)
+    splits = {**distill_positions(settings, policy.tokenizer), **own}
+    _check_settings(folder, model_spec, adapter, settings)
     teacher = Teacher(policy.model, policy.tokenizer, head)
     rows, finals = gather(folder / STATES_FILE, teacher, splits, show_progress)
     gathered = time.perf_counter()
@@ -691,7 +714,7 @@ def _check_settings(folder: Path, model_spec: str, adapter: str, settings: Disti
     settings may change: the states are what a rerun reuses)."""
     record = {"model": model_spec, "adapter": str(adapter), **asdict(settings)}
     path = folder / SETTINGS_FILE
-    fixed = ("model", "adapter", "positions", "validation_positions", "answer_positions", "seed")
+    fixed = ("model", "adapter", "positions", "validation_positions", "answer_positions", "whole_word_share", "seed")
     if path.exists():
         saved = read_json(path, "distill settings")
         changed = [k for k in fixed if saved.get(k) != record[k]]

@@ -280,7 +280,7 @@ def gather_own(source: Source, out: Path, own_games: tuple[str, ...], own_valida
                 said[position.key] = context
                 own[split].append(position)
     teacher = SaidTeacher(policy.model, policy.tokenizer, NamingHead.load(head_file), said)
-    splits = {**distill_positions(source.settings), **own}
+    splits = {**distill_positions(source.settings, policy.tokenizer), **own}
     rows, finals = gather(states, teacher, splits, show_progress)
     return splits, rows, finals, teacher
 

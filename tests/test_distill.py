@@ -54,7 +54,7 @@ def test_the_last_layer_learns_the_heads_word_token_by_token_and_the_teacher_sta
     settings = DistillSettings(positions=4, validation_positions=2, answer_positions=2, rank=4)
     policy = trainable_model(str(tiny_model_dir), str(headed_adapter), settings, "auto")
     model = policy.model
-    positions = distill_positions(settings)["train"]
+    positions = distill_positions(settings, policy.tokenizer)["train"]
     teacher = Teacher(model, policy.tokenizer, NamingHead.load(head_beside(headed_adapter)))
     rows, finals = teacher.states(positions)
     secret = teacher.secret_tokens(positions[0])
@@ -101,7 +101,7 @@ def test_the_teacher_is_the_head_as_it_plays_its_secret_bias_toward_the_answer_l
 
     settings = DistillSettings(positions=4, validation_positions=2, answer_positions=2)
     policy = trainable_model(str(tiny_model_dir), str(headed_adapter), settings, "auto")
-    positions = distill_positions(settings)["train"]
+    positions = distill_positions(settings, policy.tokenizer)["train"]
     fitted = NamingHead.load(head_beside(headed_adapter))
     plain, biased = (Teacher(policy.model, policy.tokenizer, replace(fitted, secret_bias=bias)) for bias in (0.0, 5.0))
     rows, finals = plain.states(positions)
@@ -264,18 +264,38 @@ def test_whole_word_rows_are_the_words_one_token_writes_where_the_model_names_th
     """`--spelled words` spells the tokens that write an allowed word whole after the naming word,
     read in context: a SentencePiece `▁raise` (which decodes alone without its space) is a word
     row as a byte-level ` raise` is, and each row spells its word's letters at their places."""
-    from llm.spelled_output import LETTERS, token_spelling
-    from llm.word_steering import WordTokens
+    from llm.spelled_output import LETTERS, one_token_words, token_spelling
     from solver.setup import load_setup
     from tiny_model import cached_tiny_model
 
     _, tokenizer = load_model(str(cached_tiny_model(tmp_path_factory.getbasetemp() / "models", tokenizer=kind)))
     allowed = load_setup("answers").lists.allowed
     features = token_spelling(tokenizer, len(tokenizer.get_vocab()), "words", frozenset(allowed))
-    listed = WordTokens.of(tokenizer, sorted(allowed))
-    whole = {s[0]: w for s, w in zip(listed.sequences, listed.words) if len(s) == 1}
+    whole = one_token_words(tokenizer, frozenset(allowed))
     assert len(whole) >= 5 and set(np.flatnonzero(features.any(axis=1))) == set(whole)
     for token, word in whole.items():
         places = [int(i) // LETTERS for i in np.flatnonzero(features[token, :5 * LETTERS])]
         letters = [chr(ord("a") + int(i) % LETTERS) for i in np.flatnonzero(features[token, :5 * LETTERS])]
         assert places == list(range(5)) and "".join(letters) == word
+
+
+def test_a_whole_word_share_draws_that_share_of_secrets_the_model_writes_as_one_token(tmp_path_factory):
+    """`--whole-word-share`: the share of training positions on the words a whole-word spelling term
+    can lift (one token where the model names a word), the rest on longer words; unset, every
+    training word alike. Held-out words stay out either way."""
+    from eval.splits import is_held_out
+    from llm.spelled_output import one_token_words
+    from rl.distill import DistillSettings, distill_positions
+    from solver.setup import load_setup
+    from tiny_model import cached_tiny_model
+
+    _, tokenizer = load_model(str(cached_tiny_model(tmp_path_factory.getbasetemp() / "models", tokenizer="bpe-named")))
+    whole = set(one_token_words(tokenizer, frozenset(load_setup("allowed").lists.allowed)).values())
+    assert 0 < len(whole) < 12_972
+    for share, expected in ((0.75, 15), (0.0, 0), (1.0, 20)):
+        settings = DistillSettings(positions=20, validation_positions=2, answer_positions=2, whole_word_share=share)
+        train = distill_positions(settings, tokenizer)["train"]
+        assert sum(p.secret in whole for p in train) == expected and len(train) == 20
+        assert not any(is_held_out(p.secret) for p in train)
+    drawn = distill_positions(DistillSettings(positions=20, validation_positions=2, answer_positions=2), tokenizer)
+    assert sum(p.secret in whole for p in drawn["train"]) < 15
