@@ -1,4 +1,5 @@
-"""One-candidate closing split by whether the secret is one token for the model's tokenizer.
+"""One-candidate closing, or whole games' wins, split by whether the secret is one token for the
+model's tokenizer.
 
 The naming readouts (studies/naming_probe.py) score the single-token words only, so they can
 name a secret that is one token and cannot name one that is several: their closing rate is two
@@ -8,6 +9,11 @@ paired with a baseline run at the same positions when given:
 
     python -m studies.closing_by_tokens results/naming-probe/spelled-endgame-test-400.json \
         --baseline results/endgame-rl/start-endgame-test-400.json --json OUT.json
+
+Given game results (`eval` JSON with per-game records) it counts wins the same way, paired game
+by game with a baseline's games on the same secrets: a whole-word spelling term in the output
+layer (`distill --spelled words`) can only lift a one-token secret, so its lift shows as the
+first row's and not the second's.
 """
 
 from __future__ import annotations
@@ -19,12 +25,12 @@ if __name__ == "__main__":
 
 import click  # noqa: E402
 
-from common.errors import run_script
+from common.errors import UserError, run_script
 from common.fileio import atomic_write_json, read_json
 from eval.paired import sign_test_p
 from llm.loading import load_model
+from llm.spelled_output import one_token_words
 from solver.setup import load_setup
-from studies.naming_tilt import word_tokens
 
 
 def closing_by_tokens(result: dict, single: set[str], baseline: dict | None = None) -> dict:
@@ -42,22 +48,45 @@ def closing_by_tokens(result: dict, single: set[str], baseline: dict | None = No
             only_here = sum(bool(p["closed"]) and not closed_before[p["key"]] for p in group)
             only_there = sum(closed_before[p["key"]] and not p["closed"] for p in group)
             table[name] |= {"closed_here_only": only_here, "closed_in_baseline_only": only_there,
-                            "sign_test_p": round(sign_test_p(only_here, only_there), 4)}
+                            "sign_test_p": float(f"{sign_test_p(only_here, only_there):.3g}")}
+    return table
+
+
+def wins_by_tokens(result: dict, single: set[str], baseline: dict | None = None) -> dict:
+    """Games and wins with a one-token secret, and the rest; against `baseline` (games on the
+    same secrets in the same order), the wins each had alone and the sign test on them."""
+    games = result["per_game"]
+    before = baseline["per_game"] if baseline else None
+    if before is not None and [g["secret"] for g in before] != [g["secret"] for g in games]:
+        raise UserError("the baseline's games are not on the same secrets in the same order (same --split, "
+                        "--games and --seed)")
+    table = {}
+    for name, keep in (("one_token", True), ("several_tokens", False)):
+        rows = [i for i, g in enumerate(games) if (g["secret"] in single) == keep]
+        table[name] = {"games": len(rows), "wins": sum(bool(games[i]["won"]) for i in rows)}
+        if before is not None:
+            only_here = sum(bool(games[i]["won"]) and not before[i]["won"] for i in rows)
+            only_there = sum(bool(before[i]["won"]) and not games[i]["won"] for i in rows)
+            table[name] |= {"won_here_only": only_here, "won_in_baseline_only": only_there,
+                            "sign_test_p": float(f"{sign_test_p(only_here, only_there):.3g}")}
     return table
 
 
 @click.command()
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--baseline", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="An endgame result at the same positions to pair each file with (the start's).")
+              help="A result at the same positions or secrets to pair each file with (the start's).")
 @click.option("--model", default="default", help="Whose tokenizer decides what is one token.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), required=True)
 def main(results: tuple[str, ...], baseline: str | None, model: str, json_path: str) -> None:
     _, tokenizer = load_model(model)
-    _, words = word_tokens(tokenizer, list(load_setup("answers").lists.allowed))
-    single = set(words)
-    paired = read_json(baseline, "baseline endgame result") if baseline else None
-    table = {path: closing_by_tokens(read_json(path, "endgame result"), single, paired) for path in results}
+    single = set(one_token_words(tokenizer, frozenset(load_setup("answers").lists.allowed)).values())
+    paired = read_json(baseline, "baseline result") if baseline else None
+    table = {}
+    for path in results:
+        result = read_json(path, "eval result")
+        split = wins_by_tokens if "per_game" in result else closing_by_tokens
+        table[path] = split(result, single, paired)
     for path, row in table.items():
         print(path, row)
     atomic_write_json(json_path, table)

@@ -615,6 +615,23 @@ def test_closing_by_tokens_splits_one_candidate_closes_by_the_secrets_tokens():
     assert paired["one_token"]["sign_test_p"] == pytest.approx(1.0)
 
 
+def test_wins_by_tokens_pairs_games_by_secret_and_refuses_other_secrets():
+    """studies/closing_by_tokens.py on whole games: wins split by the secret's tokens, paired game
+    by game with a baseline on the same secrets; other secrets are one clear error."""
+    from common.errors import UserError
+    from studies.closing_by_tokens import wins_by_tokens
+
+    games = [{"secret": s, "won": w} for s, w in (("crony", True), ("agape", True), ("bunny", False), ("crony", True))]
+    before = [dict(g, won=g["secret"] == "agape") for g in games]
+    table = wins_by_tokens({"per_game": games}, {"crony", "bunny"}, {"per_game": before})
+    assert table["one_token"] == {"games": 3, "wins": 2, "won_here_only": 2, "won_in_baseline_only": 0,
+                                  "sign_test_p": 0.5}
+    assert table["several_tokens"] | {"sign_test_p": 0} == {"games": 1, "wins": 1, "won_here_only": 0,
+                                                            "won_in_baseline_only": 0, "sign_test_p": 0}
+    with pytest.raises(UserError, match="same secrets"):
+        wins_by_tokens({"per_game": games}, set(), {"per_game": before[::-1]})
+
+
 def test_spelling_probe_reads_letters_that_the_features_carry():
     """studies/spelling_probe.py: letters coded into the features are read back on unseen words;
     features without them are read at no better than the most common letter."""
