@@ -30,3 +30,15 @@ python cli.py eval --compare results/distill-words/words-endgame-validation-200.
   --json $D/paired-w1-vs-distilled-endgame-validation-200.json
 python -m studies.closing_by_tokens $D/w1-endgame-validation-200.json \
   --baseline results/distill-words/words-endgame-validation-200.json --json $D/closing-by-tokens-endgame-validation.json
+# 6. which change did what: the same teacher with every training word alike (no share), the same seed
+#    (the frozen pass again: 24 min; fit 8 min), then the same 90 validation games
+python cli.py distill --adapter runs/s25 --out runs/w0 --positions 2000 --validation-positions 200 \
+  --answer-positions 100 --epochs 12 --seed 1 --json $D/w0-summary.json
+python cli.py eval --model runs/w0/model --split validation --seed 11 --json $D/w0-validation.json --quiet
+python cli.py eval --compare results/distill-words/words-validation.json $D/w0-validation.json \
+  --json $D/paired-w0-vs-distilled-validation.json
+python -m studies.closing_by_tokens $D/w0-validation.json --baseline results/distill-words/words-validation.json \
+  --json $D/wins-by-tokens-w0-validation.json
+python cli.py eval --compare $D/w0-validation.json $D/w1-validation.json --json $D/paired-w1-vs-w0-validation.json
+python -m studies.closing_by_tokens $D/w1-validation.json --baseline $D/w0-validation.json \
+  --json $D/wins-by-tokens-w1-vs-w0-validation.json
