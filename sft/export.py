@@ -33,10 +33,13 @@ RECORD = "export.json"  # what was fused and the prompt format; its presence mar
 PROMPT_DOC = "PROMPT.md"
 KIND = "wordle-rl export"
 EXAMPLE_SECRET = "gorge"  # a training answer whose solver game has four positions, the last naming the one left
-HEAD_RULE = ("A naming head (naming_head.npz beside an adapter) does not travel: it is a readout that only "
-             "wordle-rl's decoding applies, so the exported model plays without it, as `eval --adapter DIR "
-             "--no-naming-head` plays the adapter. Copied into this folder, `eval --model` here plays with it "
-             "again, as the adapter played with it.")
+HEAD_RULE = ("A naming head (naming_head.npz beside an adapter) does not travel as a file: it is a readout that "
+             "only wordle-rl's decoding applies, so an export without `--fold-head` plays without it, as `eval "
+             "--adapter DIR --no-naming-head` plays the adapter. `export --fold-head` folds it into the model as one "
+             "token per allowed word (sft/fold_head.py), which any runtime plays.")
+FOLDED_RULE = ("The naming head is folded in: each allowed word is one token of its own (the tokenizer's "
+               "vocabulary grew by the words), scored at the naming word as the head scores it and shut "
+               "elsewhere; mlx-lm, or any runtime that reads tokenizer.json, plays it with no wordle-rl code.")
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,7 @@ def prompt_doc(record: dict, out: Path) -> str:
         f"`<think>short reasoning</think><guess> word</guess>`. Read the answer up to `{prompt['answer_ends_at']}` "
         f"(wordle-rl stops there; {prompt['max_tokens']} tokens hold any answer). Greedy decoding (temperature 0) "
         "gives the answers the export was checked on.\n",
-        f"**Naming head.** {HEAD_RULE}"
+        f"**Naming head.** {FOLDED_RULE if record.get('head_words') else HEAD_RULE}"
         + (f" The adapter exported here had one ({record['naming_head_left_behind']}); its play with the "
            "head is not this model's." if record["naming_head_left_behind"] else "") + "\n",
         "## System message\n", fence, prompt["system"], fence + "\n",
@@ -173,9 +176,11 @@ def folders_read(model_spec: str, adapter: Path, folders: list[Path]) -> list[tu
     return read
 
 
-def export_model(model_spec: str, adapter: Path, out: Path, dtype: str = "auto", show_progress: bool = False) -> dict:
+def export_model(model_spec: str, adapter: Path, out: Path, dtype: str = "auto", show_progress: bool = False,
+                 fold: bool = False, seed: int = 0) -> dict:
     """Fuse `adapter` into `model_spec` and write the checked model folder with its prompt format at `out`;
-    the summary of what was written."""
+    the summary of what was written. `fold`: the naming head beside the adapter goes in as word tokens
+    (sft/fold_head.py, its positions drawn with `seed`), after the fused model's check."""
     from mlx_lm.utils import load_tokenizer
 
     from common.fileio import atomic_write_json, atomic_write_text
@@ -194,6 +199,9 @@ def export_model(model_spec: str, adapter: Path, out: Path, dtype: str = "auto",
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UserError(f"cannot load the tokenizer in {source}: {' '.join(str(err).split())[:200]}") from err
     head = head_beside(adapter)
+    if fold and head is None:
+        raise UserError(f"--fold-head: there is no naming head beside --adapter {adapter} ({adapter}/naming_head.npz); "
+                        "fit one with naming-head")
 
     game = example_game()
     prompts = [prompt_tokens(tokenizer, position.state) for position in game]
@@ -205,12 +213,16 @@ def export_model(model_spec: str, adapter: Path, out: Path, dtype: str = "auto",
         "adapter_sha256": sha256(adapter / ADAPTER_WEIGHTS),
         "stacked_on": [str(f.resolve()) for f in folders[1:]],
         "dtype": str(resolve_dtype(dtype)).removeprefix("mlx.core."),
-        "naming_head_left_behind": str(head.resolve()) if head else None,
+        "naming_head_left_behind": str(head.resolve()) if head and not fold else None,
         "prompt": prompt_format(game, max_tokens),
     }
 
     def beside(folder: Path, check) -> None:
         record["check"] = asdict(check)
+        if fold:
+            from sft.fold_head import fold_head
+
+            record["head_words"] = fold_head(folder, head, seed, show_progress=show_progress)
         atomic_write_json(folder / RECORD, record)
         atomic_write_text(folder / PROMPT_DOC, prompt_doc(record, out))
 
@@ -219,7 +231,7 @@ def export_model(model_spec: str, adapter: Path, out: Path, dtype: str = "auto",
         write_fused(model_spec, adapter, out, prompts, max_tokens, dtype, beside, lambda stage: bar.update(
             task, description=f"export: {stage}", completed=FUSE_STAGES.index(stage)))
         bar.update(task, completed=len(FUSE_STAGES))
-    if head:
+    if head and not fold:
         note(f"the naming head {head} does not travel: the exported model plays without it "
              "(as eval --no-naming-head plays the adapter)")
     return {**record, "out": str(out), "replaced_an_export": replaces,
